@@ -1,0 +1,9 @@
+module github.com/airlock-sandbox/airlock
+
+go 1.26.8
+
+require (
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

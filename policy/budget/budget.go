@@ -1,0 +1,214 @@
+// Package budget tracks a run's limits: wall-clock deadline, output bytes,
+// op count, memory, CPU, pids and scratch disk. Time comes from an injected
+// Clock so deadlines are testable without sleeping. Once any limit is blown
+// the Meter is halted and refuses every later operation: a blown budget is a
+// hard stop, never a warning. It imports only the standard library.
+package budget
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// Limit names one budget. Its string is the policy-file key and the
+// report's halted_by value.
+type Limit string
+
+// The budgets. The strings are the keys under "budget:" in a policy file.
+const (
+	MaxWall        Limit = "max_wall"
+	MaxOutputBytes Limit = "max_output_bytes"
+	MaxOps         Limit = "max_ops"
+	MaxMemory      Limit = "max_memory"
+	MaxCPU         Limit = "max_cpu"
+	MaxPids        Limit = "max_pids"
+	MaxScratch     Limit = "max_scratch"
+)
+
+// Defaults applied when a policy leaves a budget out.
+const (
+	DefaultWall        = 30 * time.Second
+	DefaultOutputBytes = 1 << 20
+	DefaultOps         = 1000
+	DefaultMemory      = 512 << 20
+	DefaultCPU         = 30 * time.Second
+	DefaultPids        = 64
+	DefaultScratch     = 64 << 20
+)
+
+// Limits is a complete budget. Every field is positive once a policy has
+// been validated; a zero field in a hand-built Limits means "use the default".
+type Limits struct {
+	Wall        time.Duration // max_wall: deadline from start
+	OutputBytes int64         // max_output_bytes: stdout+stderr captured
+	Ops         int64         // max_ops: boundary crossings
+	Memory      int64         // max_memory, bytes
+	CPU         time.Duration // max_cpu: CPU time of the whole tree
+	Pids        int64         // max_pids: tasks at once
+	Scratch     int64         // max_scratch: size of the /tmp tmpfs, bytes
+}
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	if l.Wall == 0 {
+		l.Wall = DefaultWall
+	}
+	if l.OutputBytes == 0 {
+		l.OutputBytes = DefaultOutputBytes
+	}
+	if l.Ops == 0 {
+		l.Ops = DefaultOps
+	}
+	if l.Memory == 0 {
+		l.Memory = DefaultMemory
+	}
+	if l.CPU == 0 {
+		l.CPU = DefaultCPU
+	}
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if l.Scratch == 0 {
+		l.Scratch = DefaultScratch
+	}
+	return l
+}
+
+// Clock tells the time. Production code passes SystemClock; tests pass a fake.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// ErrExhausted is matched (errors.Is) by every *ExhaustedError.
+var ErrExhausted = errors.New("budget: exhausted")
+
+// ExhaustedError says which budget was blown.
+type ExhaustedError struct {
+	Limit Limit
+}
+
+func (e *ExhaustedError) Error() string {
+	return "budget: " + string(e.Limit) + " exhausted; the run is halted (raise " + string(e.Limit) + " in the policy's budget to allow more)"
+}
+
+// Is reports whether target is ErrExhausted.
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
+
+// Meter enforces the counted budgets (ops, output bytes, deadline) of one run
+// or session. It is safe for concurrent use. Once halted it stays halted.
+type Meter struct {
+	limits   Limits
+	clock    Clock
+	deadline time.Time
+
+	mu     sync.Mutex
+	ops    int64 // guarded by mu
+	output int64 // guarded by mu
+	halted Limit // guarded by mu; "" while running
+}
+
+// NewMeter starts a meter whose deadline is clock.Now()+limits.Wall. Zero
+// fields of limits take their defaults. A nil clock is SystemClock.
+func NewMeter(limits Limits, clock Clock) *Meter {
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	limits = limits.WithDefaults()
+	return &Meter{limits: limits, clock: clock, deadline: clock.Now().Add(limits.Wall)}
+}
+
+// Limits returns the meter's limits.
+func (m *Meter) Limits() Limits { return m.limits }
+
+// Deadline returns when max_wall runs out.
+func (m *Meter) Deadline() time.Time { return m.deadline }
+
+func (m *Meter) haltLocked(l Limit) error {
+	if m.halted == "" {
+		m.halted = l
+	}
+	return &ExhaustedError{Limit: m.halted}
+}
+
+// checkLocked returns the halt error if the meter is halted or the deadline passed.
+func (m *Meter) checkLocked() error {
+	if m.halted != "" {
+		return &ExhaustedError{Limit: m.halted}
+	}
+	if !m.clock.Now().Before(m.deadline) {
+		return m.haltLocked(MaxWall)
+	}
+	return nil
+}
+
+// Check returns nil while no budget is blown, else an *ExhaustedError.
+func (m *Meter) Check() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.checkLocked()
+}
+
+// ChargeOp counts one boundary crossing before it happens. It returns an
+// *ExhaustedError, and the operation must not happen, when the meter is
+// halted or this op would exceed max_ops.
+func (m *Meter) ChargeOp() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(); err != nil {
+		return err
+	}
+	if m.ops >= m.limits.Ops {
+		return m.haltLocked(MaxOps)
+	}
+	m.ops++
+	return nil
+}
+
+// ChargeOutput asks to emit n bytes of output. It returns how many of them
+// fit under max_output_bytes; when fewer than n fit (or the meter is
+// halted) it also returns an *ExhaustedError and the meter halts.
+func (m *Meter) ChargeOutput(n int64) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(); err != nil {
+		return 0, err
+	}
+	room := m.limits.OutputBytes - m.output
+	if n <= room {
+		m.output += n
+		return n, nil
+	}
+	m.output += room
+	return room, m.haltLocked(MaxOutputBytes)
+}
+
+// Halt stops the meter because of limit l (for example when the kernel
+// reports max_memory). The first halt wins.
+func (m *Meter) Halt(l Limit) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_ = m.haltLocked(l) // the error is only the description of the halt
+}
+
+// HaltedBy returns the budget that halted the meter, or "" while running.
+// It also notices a passed deadline.
+func (m *Meter) HaltedBy() Limit {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_ = m.checkLocked() // records a passed deadline as the halt reason
+	return m.halted
+}
+
+// Usage returns the ops and output bytes charged so far.
+func (m *Meter) Usage() (ops, outputBytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ops, m.output
+}

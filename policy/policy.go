@@ -1,0 +1,201 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/hostspec"
+	"github.com/airlock-sandbox/airlock/policy/pathspec"
+)
+
+// Version is the only policy format version this build understands.
+const Version = 1
+
+// Downgrade names an enforcement layer the policy accepts running without
+// when the host lacks it (policy key "allow_downgrade"). Anything not listed
+// makes a missing feature a refusal (exit 125).
+type Downgrade string
+
+// Downgrades a policy may accept.
+const (
+	DowngradeLandlock Downgrade = "landlock"  // run without Landlock (mount namespace still applies)
+	DowngradeMemory   Downgrade = "max_memory" // no memory controller: RLIMIT_AS only
+	DowngradeCPU      Downgrade = "max_cpu"    // no cpu controller: RLIMIT_CPU only
+	DowngradePids     Downgrade = "max_pids"   // no pids controller: RLIMIT_NPROC only
+	DowngradeFSAudit  Downgrade = "fs_audit"   // filesystem denials cannot be reported
+)
+
+// Policy is an immutable, fully validated allow-list. The zero Policy is
+// not valid; use Parse, Default or (*Policy).With. Accessors return copies,
+// so callers cannot change a Policy through a returned slice.
+type Policy struct {
+	source     string // file name the policy came from, "" for flags only
+	fsRead     []string
+	fsWrite    []string
+	netHosts   []hostspec.Pattern
+	tools      []string
+	env        []EnvVar
+	limits     budget.Limits // all fields set
+	downgrades []Downgrade
+}
+
+// EnvVar is one env grant: Name passed through from the caller's
+// environment, or set to Value when HasValue.
+type EnvVar struct {
+	Name     string
+	Value    string
+	HasValue bool
+}
+
+// Source returns the file the policy was read from, or "".
+func (p *Policy) Source() string { return p.source }
+
+// FSRead returns the canonical absolute read grants (write grants excluded).
+func (p *Policy) FSRead() []string { return slices.Clone(p.fsRead) }
+
+// FSWrite returns the canonical absolute write grants.
+func (p *Policy) FSWrite() []string { return slices.Clone(p.fsWrite) }
+
+// NetHosts returns the network grants.
+func (p *Policy) NetHosts() []hostspec.Pattern { return slices.Clone(p.netHosts) }
+
+// AllowedTools returns the executable names or absolute paths granted.
+func (p *Policy) AllowedTools() []string { return slices.Clone(p.tools) }
+
+// Env returns the environment grants.
+func (p *Policy) Env() []EnvVar { return slices.Clone(p.env) }
+
+// Budget returns the complete budget (defaults filled in).
+func (p *Policy) Budget() budget.Limits { return p.limits }
+
+// Downgrades returns the enforcement downgrades the policy accepts.
+func (p *Policy) Downgrades() []Downgrade { return slices.Clone(p.downgrades) }
+
+// AcceptsDowngrade reports whether the policy lists d under allow_downgrade.
+func (p *Policy) AcceptsDowngrade(d Downgrade) bool { return slices.Contains(p.downgrades, d) }
+
+// CanRead reports whether the canonical absolute path is inside a read or
+// write grant. The caller must canonicalize (pathspec.Abs) first.
+func (p *Policy) CanRead(path string) bool {
+	return p.CanWrite(path) || within(p.fsRead, path)
+}
+
+// CanWrite reports whether the canonical absolute path is inside a write grant.
+func (p *Policy) CanWrite(path string) bool { return within(p.fsWrite, path) }
+
+func within(roots []string, path string) bool {
+	for _, r := range roots {
+		if pathspec.Within(r, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckRead returns nil if path (absolute or relative to cwd) may be read,
+// else a *DenyError naming fs_read.
+func (p *Policy) CheckRead(cwd, path string) error {
+	c, err := pathspec.Abs(cwd, path)
+	if err != nil {
+		return &DenyError{Cap: FSRead, Op: "read", Subject: path, Reason: err.Error()}
+	}
+	if !p.CanRead(c) {
+		return &DenyError{Cap: FSRead, Op: "read", Subject: c, Reason: "path is outside fs_read"}
+	}
+	return nil
+}
+
+// CheckWrite returns nil if path may be written, else a *DenyError naming fs_write.
+func (p *Policy) CheckWrite(cwd, path string) error {
+	c, err := pathspec.Abs(cwd, path)
+	if err != nil {
+		return &DenyError{Cap: FSWrite, Op: "write", Subject: path, Reason: err.Error()}
+	}
+	if !p.CanWrite(c) {
+		return &DenyError{Cap: FSWrite, Op: "write", Subject: c, Reason: "path is outside fs_write"}
+	}
+	return nil
+}
+
+// AllowsHost reports whether a normalized host name (hostspec.NormalizeHost)
+// and port match a net_hosts entry by name. Address checks (private ranges)
+// are the egress layer's job and use AllowsAddr.
+func (p *Policy) AllowsHost(host string, port uint16) bool {
+	for _, h := range p.netHosts {
+		if h.Match(host, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowsAddr reports whether an IP address and port are listed exactly
+// (as an IP literal or inside a CIDR) in net_hosts.
+func (p *Policy) AllowsAddr(a netip.Addr, port uint16) bool {
+	for _, h := range p.netHosts {
+		if h.IsAddr() && h.MatchAddr(a, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckHost returns nil when host:port is granted by name, else a *DenyError
+// naming net_hosts. host must be raw input; it is normalized here.
+func (p *Policy) CheckHost(host string, port uint16) error {
+	n, err := hostspec.NormalizeHost(host)
+	if err != nil {
+		return &DenyError{Cap: NetHosts, Op: "connect", Subject: host, Reason: err.Error()}
+	}
+	subj := hostPort(n, port)
+	if a, perr := netip.ParseAddr(n); perr == nil {
+		if !p.AllowsAddr(a, port) {
+			return &DenyError{Cap: NetHosts, Op: "connect", Subject: subj, Reason: "IP addresses are reachable only when listed exactly in net_hosts"}
+		}
+		return nil
+	}
+	if !p.AllowsHost(n, port) {
+		return &DenyError{Cap: NetHosts, Op: "connect", Subject: subj, Reason: n + " is not in net_hosts"}
+	}
+	return nil
+}
+
+// AllowsTool reports whether name (a bare name or an absolute path) is in
+// allowed_tools. A bare grant "python3" allows any path whose base name is
+// python3 only after the sandbox has resolved it on its PATH; here the
+// comparison is exact on names and on absolute paths.
+func (p *Policy) AllowsTool(name string) bool { return slices.Contains(p.tools, name) }
+
+// CheckTool returns nil when the tool is granted, else a *DenyError naming allowed_tools.
+func (p *Policy) CheckTool(name string) error {
+	if !p.AllowsTool(name) {
+		return &DenyError{Cap: AllowedTools, Op: "exec", Subject: name, Reason: name + " is not in allowed_tools"}
+	}
+	return nil
+}
+
+// Deadline is a convenience: start plus max_wall.
+func (p *Policy) Deadline(start time.Time) time.Time { return start.Add(p.limits.Wall) }
+
+func hostPort(h string, port uint16) string {
+	if len(h) > 0 && h[0] != '[' && slices.Contains([]byte(h), ':') {
+		h = "[" + h + "]"
+	}
+	return h + ":" + itoa(int(port))
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	return string(b[i:])
+}
