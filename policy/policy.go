@@ -20,7 +20,7 @@ type Downgrade string
 
 // Downgrades a policy may accept.
 const (
-	DowngradeLandlock Downgrade = "landlock"  // run without Landlock (mount namespace still applies)
+	DowngradeLandlock Downgrade = "landlock"   // run without Landlock (mount namespace still applies)
 	DowngradeMemory   Downgrade = "max_memory" // no memory controller: RLIMIT_AS only
 	DowngradeCPU      Downgrade = "max_cpu"    // no cpu controller: RLIMIT_CPU only
 	DowngradePids     Downgrade = "max_pids"   // no pids controller: RLIMIT_NPROC only
@@ -39,6 +39,7 @@ type Policy struct {
 	env        []EnvVar
 	limits     budget.Limits // all fields set
 	downgrades []Downgrade
+	explicit   limitSet // budgets the file, Spec or a flag set; With may lower them, never raise
 }
 
 // EnvVar is one env grant: Name passed through from the caller's

@@ -1,75 +1,66 @@
 package policy
 
 import (
-	"errors"
-	"fmt"
-	"slices"
-
 	"github.com/airlock-sandbox/airlock/policy/budget"
-	"github.com/airlock-sandbox/airlock/policy/hostspec"
-	"github.com/airlock-sandbox/airlock/policy/pathspec"
 )
 
 // Spec is the Go form of a policy file, for library users and tests. Paths
-// must be absolute. New validates it completely.
+// must be absolute. New validates it completely, with the same rules Parse
+// applies to a file.
 type Spec struct {
-	FSRead         []string
-	FSWrite        []string
-	NetHosts       []string
-	AllowedTools   []string
-	Env            []string      // "NAME" or "NAME=value"
-	Budget         budget.Limits // zero fields take defaults
-	AllowDowngrade []string
+	FSRead         []string      // absolute paths; nil grants no reads
+	FSWrite        []string      // absolute paths; nil grants no writes
+	NetHosts       []string      // hostspec patterns; nil grants no network
+	AllowedTools   []string      // bare names or absolute paths; nil grants no tools
+	Env            []string      // "NAME" or "NAME=value"; nil passes no variables
+	Budget         budget.Limits // zero fields take defaults; set fields count as explicit
+	AllowDowngrade []string      // Downgrade values; nil accepts no downgrade
 }
 
-// New validates s and returns the policy it describes, or every problem found.
-// PROVISIONAL: the parser work hardens this (shared validation with Parse).
+// New validates s and returns the policy it describes. Otherwise it returns
+// every problem found, as errors.Join of *ParseError values without
+// positions whose messages name the field, like `fs_read "x": ...`.
 func New(s Spec) (*Policy, error) {
-	p := &Policy{limits: s.Budget.WithDefaults()}
-	var errs []error
-	for _, r := range s.FSRead {
-		c, err := pathspec.Abs("", r)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("fs_read %q: %w", r, err))
-			continue
-		}
-		p.fsRead = append(p.fsRead, c)
+	d := draft{
+		fsRead:     specItems(s.FSRead, "fs_read"),
+		fsWrite:    specItems(s.FSWrite, "fs_write"),
+		netHosts:   specItems(s.NetHosts, "net_hosts"),
+		tools:      specItems(s.AllowedTools, "allowed_tools"),
+		env:        specItems(s.Env, "env"),
+		downgrades: specItems(s.AllowDowngrade, "allow_downgrade"),
+		limits:     limitItems(s.Budget, func(k budget.Limit) string { return string(k) }),
 	}
-	for _, r := range s.FSWrite {
-		c, err := pathspec.Abs("", r)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("fs_write %q: %w", r, err))
-			continue
-		}
-		p.fsWrite = append(p.fsWrite, c)
-	}
-	for _, h := range s.NetHosts {
-		pat, err := hostspec.Parse(h)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("net_hosts %q: %w", h, err))
-			continue
-		}
-		p.netHosts = append(p.netHosts, pat)
-	}
-	p.tools = slices.Clone(s.AllowedTools)
-	for _, e := range s.Env {
-		name, val, has := cut(e, '=')
-		p.env = append(p.env, EnvVar{Name: name, Value: val, HasValue: has})
-	}
-	for _, d := range s.AllowDowngrade {
-		p.downgrades = append(p.downgrades, Downgrade(d))
-	}
+	p, errs := validate(d, nil)
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, join(errs)
 	}
 	return p, nil
 }
 
-func cut(s string, sep byte) (before, after string, found bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == sep {
-			return s[:i], s[i+1:], true
+// Default returns the policy that grants nothing: no reads beyond the
+// system base, no writes, no network, no tools but the command, no
+// environment, and the default budget.
+func Default() *Policy {
+	return &Policy{limits: budget.Limits{}.WithDefaults()}
+}
+
+// specItems labels values that have no position.
+func specItems(vals []string, label string) []item {
+	items := make([]item, len(vals))
+	for i, v := range vals {
+		items[i] = item{val: v, label: label}
+	}
+	return items
+}
+
+// limitItems turns the non-zero fields of l into budget items; label names
+// each one in errors.
+func limitItems(l budget.Limits, label func(budget.Limit) string) []limitItem {
+	var items []limitItem
+	for _, k := range budgetKeys {
+		if v := limitValue(l, k); v != 0 {
+			items = append(items, limitItem{key: k, val: v, label: label(k)})
 		}
 	}
-	return s, "", false
+	return items
 }

@@ -7,6 +7,7 @@ package budget
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -173,14 +174,19 @@ func (m *Meter) ChargeOp() error {
 
 // ChargeOutput asks to emit n bytes of output. It returns how many of them
 // fit under max_output_bytes; when fewer than n fit (or the meter is
-// halted) it also returns an *ExhaustedError and the meter halts.
+// halted) it also returns an *ExhaustedError and the meter halts. A
+// negative n is refused with an error that is not an *ExhaustedError.
 func (m *Meter) ChargeOutput(n int64) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if n < 0 {
+		// A negative charge would hand back budget already spent.
+		return 0, fmt.Errorf("airlock bug: budget: ChargeOutput(%d) with a negative count", n)
+	}
 	if err := m.checkLocked(); err != nil {
 		return 0, err
 	}
-	room := m.limits.OutputBytes - m.output
+	room := max(m.limits.OutputBytes-m.output, 0) // a negative limit leaves no room
 	if n <= room {
 		m.output += n
 		return n, nil
@@ -190,8 +196,12 @@ func (m *Meter) ChargeOutput(n int64) (int64, error) {
 }
 
 // Halt stops the meter because of limit l (for example when the kernel
-// reports max_memory). The first halt wins.
+// reports max_memory). The first halt wins. It panics if l is empty, which
+// would leave the meter running.
 func (m *Meter) Halt(l Limit) {
+	if l == "" {
+		panic("budget: Halt with an empty Limit")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_ = m.haltLocked(l) // the error is only the description of the halt

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return fmt.Sprint(*l) }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// policyFlags are the flags shared by run and explain.
+type policyFlags struct {
+	file                             string
+	fsRead, fsWrite, hosts, tools    listFlag
+	env, downgrade                   listFlag
+	maxWall, maxCPU                  string
+	maxOutput, maxMemory, maxScratch string
+	maxOps, maxPids                  int64
+	cwd                              string
+}
+
+func (f *policyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.file, "policy", "", "policy `FILE` (YAML or JSON); without it nothing is granted")
+	fs.Var(&f.fsRead, "fs-read", "grant read access to `PATH` (repeatable)")
+	fs.Var(&f.fsWrite, "fs-write", "grant read and write access to `PATH` (repeatable)")
+	fs.Var(&f.hosts, "net-host", "allow egress to `HOST[:PORT]` through the proxy (repeatable)")
+	fs.Var(&f.tools, "tool", "allow executing `TOOL` (repeatable)")
+	fs.Var(&f.env, "env", "pass `NAME` (or set NAME=VALUE) into the sandbox (repeatable)")
+	fs.Var(&f.downgrade, "allow-downgrade", "accept running without `LAYER` if the host lacks it (landlock, max_memory, max_cpu, max_pids, fs_audit)")
+	fs.StringVar(&f.maxWall, "max-wall", "", "wall-clock deadline, e.g. 30s")
+	fs.StringVar(&f.maxCPU, "max-cpu", "", "CPU time of the whole tree, e.g. 10s")
+	fs.StringVar(&f.maxOutput, "max-output", "", "stdout+stderr bytes kept before the run is halted, e.g. 1MiB")
+	fs.StringVar(&f.maxMemory, "max-memory", "", "memory limit, e.g. 512MiB")
+	fs.StringVar(&f.maxScratch, "max-scratch", "", "size of the /tmp tmpfs, e.g. 64MiB")
+	fs.Int64Var(&f.maxOps, "max-ops", 0, "boundary crossings (egress requests, execs, tool calls)")
+	fs.Int64Var(&f.maxPids, "max-pids", 0, "processes and threads at once")
+	fs.StringVar(&f.cwd, "cwd", "", "working `DIR` inside the sandbox (default: the first fs_write grant, else /tmp)")
+}
+
+// build reads the policy file (if any) and applies the flags on top.
+// Flags only add grants or tighten budgets.
+func (f *policyFlags) build() (*policy.Policy, error) {
+	p := policy.Default()
+	if f.file != "" {
+		data, err := os.ReadFile(f.file)
+		if err != nil {
+			return nil, fmt.Errorf("read policy: %w", err)
+		}
+		abs, err := filepath.Abs(f.file)
+		if err != nil {
+			return nil, err
+		}
+		p, err = policy.Parse(data, policy.ParseOptions{File: f.file, BaseDir: filepath.Dir(abs)})
+		if err != nil {
+			return nil, err
+		}
+	}
+	o := policy.Overrides{FSRead: f.fsRead, FSWrite: f.fsWrite, NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade}
+	var errs []error
+	dur := func(name, v string, dst *int64) {
+		if v == "" {
+			return
+		}
+		d, err := policy.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s %q: %w", name, v, err))
+			return
+		}
+		*dst = int64(d)
+	}
+	size := func(name, v string, dst *int64) {
+		if v == "" {
+			return
+		}
+		n, err := policy.ParseSize(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s %q: %w", name, v, err))
+			return
+		}
+		*dst = n
+	}
+	var wall, cpu int64
+	dur("max-wall", f.maxWall, &wall)
+	dur("max-cpu", f.maxCPU, &cpu)
+	o.Budget.Wall, o.Budget.CPU = durationOf(wall), durationOf(cpu)
+	size("max-output", f.maxOutput, &o.Budget.OutputBytes)
+	size("max-memory", f.maxMemory, &o.Budget.Memory)
+	size("max-scratch", f.maxScratch, &o.Budget.Scratch)
+	if f.maxOps < 0 || f.maxPids < 0 {
+		errs = append(errs, errors.New("--max-ops and --max-pids must be positive"))
+	}
+	o.Budget.Ops, o.Budget.Pids = f.maxOps, f.maxPids
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	return p.With(o, wd)
+}
+
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}

@@ -1,0 +1,58 @@
+// Command airlock runs a command so that it can touch only what a policy
+// grants, enforced by the kernel. See `airlock help`.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `airlock runs code an AI agent wrote so that it touches only what a policy grants.
+
+usage:
+  airlock run [--policy FILE] [flags] -- COMMAND [ARG]...   run COMMAND in a fresh sandbox
+  airlock explain [--policy FILE] [flags] [-- COMMAND...]  print the enforcement plan, layer by layer
+  airlock policy check FILE                                 validate a policy file
+  airlock version                                           print the version
+
+Run 'airlock COMMAND --help' for the flags of a command.
+
+exit codes of 'airlock run': the command's own status; 128+N when it died of
+signal N; 124 when a budget halted it; 125 when airlock refused or failed
+(nothing was started); 126/127 when the command is not executable / not found
+or not an allowed tool.
+`
+
+func main() {
+	sandbox.Init() // the re-executed sandbox init never returns from here
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
+	case "explain":
+		return cmdExplain(args[1:], stdout, stderr)
+	case "policy":
+		return cmdPolicy(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "airlock", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "airlock: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

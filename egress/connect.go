@@ -1,0 +1,124 @@
+package egress
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy/hostspec"
+)
+
+// handleConnect decides a CONNECT request and, when it is allowed, turns
+// the client connection into a tunnel to the checked address. br holds
+// whatever the client sent after the request head.
+//
+// The 200 goes out before the upstream is dialed, because the client sends
+// its ClientHello only after it: the SNI is checked first, and no byte
+// reaches the upstream unless it matches. A failed dial just closes.
+func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request) {
+	host, portText, err := net.SplitHostPort(req.URL.Host)
+	if err != nil || req.URL.Host == "" || req.URL.Path != "" || req.URL.Scheme != "" {
+		writeError(c, http.StatusBadRequest, "airlock: CONNECT needs an authority such as example.com:443")
+		return
+	}
+	port, err := parsePort(portText, 0)
+	if err != nil || port == 0 {
+		writeError(c, http.StatusBadRequest, fmt.Sprintf("airlock: CONNECT port %q is not a port in 1..65535", portText))
+		return
+	}
+	d, err := p.decide(p.ctx, opConnect, host, port)
+	if err != nil {
+		writeError(c, statusFor(err), refusal(err))
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	var hello []byte
+	if !p.skipSNI {
+		c.SetReadDeadline(time.Now().Add(p.handshake))
+		raw, sni, err := readClientHello(br)
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			p.deny(opConnect, d.target, "tunnel did not open with a readable TLS ClientHello: "+err.Error(),
+				"CONNECT carries only TLS to the granted host")
+			return
+		}
+		if !d.isIP {
+			// An IP literal was granted as an address, so any name may be
+			// asked of it; a name grant holds only for that name.
+			n, nerr := hostspec.NormalizeHost(sni)
+			if sni == "" || nerr != nil || n != d.host {
+				p.deny(opConnect, d.target, fmt.Sprintf("TLS server name %q does not match the CONNECT host %s", sni, d.host),
+					"connect to the host named in the TLS ClientHello")
+				return
+			}
+		}
+		hello = raw
+	}
+	up, err := p.dial(p.ctx, d)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if len(hello) > 0 {
+		if _, err := up.Write(hello); err != nil {
+			return
+		}
+	}
+	p.splice(c, br, up)
+}
+
+// splice copies both ways between the client (read through cr, which may
+// hold buffered bytes) and the upstream until both directions end, or until
+// neither direction carries data for the idle timeout.
+func (p *Proxy) splice(c net.Conn, cr io.Reader, up net.Conn) {
+	var last atomic.Int64 // UnixNano of the last byte moved either way
+	last.Store(time.Now().UnixNano())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.pipe(up, c, cr, &last)
+	}()
+	p.pipe(c, up, up, &last)
+	<-done
+}
+
+// pipe copies from src (reads through r) to dst. At EOF it half-closes
+// dst so the other direction can finish; on any error it closes both.
+func (p *Proxy) pipe(dst, src net.Conn, r io.Reader, last *atomic.Int64) {
+	buf := make([]byte, 32<<10)
+	for {
+		src.SetReadDeadline(time.Now().Add(p.idle))
+		n, err := r.Read(buf)
+		if n > 0 {
+			last.Store(time.Now().UnixNano())
+			dst.SetWriteDeadline(time.Now().Add(p.idle))
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				src.Close()
+				dst.Close()
+				return
+			}
+		}
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, last.Load())) < p.idle {
+			continue // the other direction is alive
+		}
+		if errors.Is(err, io.EOF) {
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+				return
+			}
+		}
+		src.Close()
+		dst.Close()
+		return
+	}
+}

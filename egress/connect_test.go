@@ -1,0 +1,215 @@
+package egress_test
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testCert returns a self-signed certificate for names, its PEM, and a
+// pool that trusts it.
+func testCert(t testing.TB, names ...string) (tls.Certificate, []byte, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: names[0]},
+		DNSNames:              names,
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf},
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pool
+}
+
+// newTLSTarget starts an HTTPS server on 127.0.0.1 whose certificate names
+// allowed.test.
+func newTLSTarget(t testing.TB) (*target, []byte, *x509.CertPool) {
+	t.Helper()
+	cert, pemBytes, pool := testCert(t, "allowed.test")
+	tg := &target{}
+	tg.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tg.requests.Add(1)
+		fmt.Fprintf(w, "hello over tls host=%s", r.Host)
+	}))
+	tg.ln = &countingListener{Listener: tg.srv.Listener}
+	tg.srv.Listener = tg.ln
+	tg.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	tg.srv.StartTLS()
+	tg.port = uint16(tg.ln.Addr().(*net.TCPAddr).Port)
+	t.Cleanup(tg.srv.Close)
+	return tg, pemBytes, pool
+}
+
+func tlsHarness(t *testing.T) (*harness, *target, *x509.CertPool) {
+	t.Helper()
+	tg, _, pool := newTLSTarget(t)
+	h := startProxy(t, harnessConfig{
+		hosts:   []string{tg.hostPort("allowed.test"), tg.hostPort("127.0.0.1")},
+		resolve: map[string]string{"allowed.test": "127.0.0.1", "evil.test": "127.0.0.1"},
+	})
+	return h, tg, pool
+}
+
+func TestConnectTLS(t *testing.T) {
+	h, tg, pool := tlsHarness(t)
+	resp, err := h.client(pool).Get("https://" + tg.hostPort("allowed.test") + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body) // compared below
+	if want := "hello over tls host=" + tg.hostPort("allowed.test"); resp.StatusCode != 200 || string(b) != want {
+		t.Errorf("GET via CONNECT = %d %q, want 200 %q", resp.StatusCode, b, want)
+	}
+	if got, want := h.dialer.dialed(), []string{tg.hostPort("127.0.0.1")}; len(got) != 1 || got[0] != want[0] {
+		t.Errorf("dialed %q, want %q", got, want)
+	}
+}
+
+// openTunnel sends CONNECT authority and returns the connection and the
+// response status.
+func openTunnel(t testing.TB, proxyAddr, authority string) (net.Conn, int) {
+	t.Helper()
+	c, err := net.Dial("tcp", proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+	// The 200 has no body; read it byte-wise-safe through a one-shot reader
+	// so no tunnel bytes are swallowed.
+	resp, err := http.ReadResponse(bufio.NewReaderSize(&oneByte{c}, 16), &http.Request{Method: "CONNECT"})
+	if err != nil {
+		t.Fatalf("CONNECT %s: %v", authority, err)
+	}
+	return c, resp.StatusCode
+}
+
+// oneByte reads a byte at a time so a bufio.Reader over it never reads
+// past the response head.
+type oneByte struct{ r io.Reader }
+
+func (o *oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:1]) }
+
+func TestConnectDenied(t *testing.T) {
+	h, tg, pool := tlsHarness(t)
+	okHP := tg.hostPort("allowed.test")
+	tests := []struct {
+		name       string
+		authority  string
+		wantStatus int
+		send       func(c net.Conn) error // runs after a 200
+		wantReason string
+	}{
+		{"not-granted", tg.hostPort("evil.test"), 403, nil, "not in net_hosts"},
+		{"ip-literal-unlisted", tg.hostPort("::1"), 403, nil, "listed exactly"},
+		{"port-not-granted", "allowed.test:1", 403, nil, "not in net_hosts"},
+		{"sni-mismatch", okHP, 200, func(c net.Conn) error {
+			return tls.Client(c, &tls.Config{ServerName: "evil.test", RootCAs: pool}).Handshake()
+		}, `"evil.test" does not match`},
+		{"no-sni", okHP, 200, func(c net.Conn) error {
+			return tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake()
+		}, `"" does not match`},
+		{"not-tls", okHP, 200, func(c net.Conn) error {
+			if _, err := io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n"); err != nil {
+				return err
+			}
+			_, err := c.Read(make([]byte, 1))
+			return err
+		}, "TLS ClientHello"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, status := openTunnel(t, h.httpAddr, tt.authority)
+			if status != tt.wantStatus {
+				t.Fatalf("CONNECT %s = %d, want %d", tt.authority, status, tt.wantStatus)
+			}
+			if tt.send != nil {
+				if err := tt.send(c); err == nil {
+					t.Errorf("tunnel carried the handshake, want it closed")
+				}
+			}
+			if n := tg.accepted(); n != 0 {
+				t.Fatalf("server accepted %d connections, want 0", n)
+			}
+			var found bool
+			for _, e := range h.rec.Denials() {
+				found = found || (e.Layer == "net" && e.Op == "connect" && e.Rule == "net_hosts" && strings.Contains(e.Message, tt.wantReason))
+			}
+			if !found {
+				t.Errorf("no denial containing %q in audit: %+v", tt.wantReason, h.rec.Denials())
+			}
+		})
+	}
+	if d := h.dialer.dialed(); len(d) != 0 {
+		t.Errorf("dialed %q, want nothing", d)
+	}
+}
+
+func TestConnectSNIVariants(t *testing.T) {
+	h, tg, pool := tlsHarness(t)
+	for _, sni := range []string{"allowed.test", "ALLOWED.TEST", "allowed.test."} {
+		t.Run(sni, func(t *testing.T) {
+			c, status := openTunnel(t, h.httpAddr, tg.hostPort("allowed.test"))
+			if status != 200 {
+				t.Fatalf("CONNECT = %d, want 200", status)
+			}
+			tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: pool})
+			if err := tc.Handshake(); err != nil {
+				t.Errorf("handshake with SNI %q: %v", sni, err)
+			}
+		})
+	}
+}
+
+// TestCloseEndsTunnels opens a working tunnel, closes the proxy and waits
+// for the tunnel to end.
+func TestCloseEndsTunnels(t *testing.T) {
+	h, tg, pool := tlsHarness(t)
+	c, status := openTunnel(t, h.httpAddr, tg.hostPort("allowed.test"))
+	if status != 200 {
+		t.Fatalf("CONNECT = %d, want 200", status)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "allowed.test", RootCAs: pool})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	// Returns only once the proxy has closed the tunnel (session tickets
+	// the server sent may still be read first).
+	io.Copy(io.Discard, c)
+}

@@ -1,0 +1,36 @@
+// Package egress is the proxy that is a sandbox's only way out. The
+// supervisor creates listening sockets inside the sandbox's empty network
+// namespace and hands them to a Proxy, which serves an HTTP forward proxy
+// (absolute-URI requests and CONNECT) and a SOCKS5 proxy on them from
+// outside.
+//
+// Every front end asks one function, Proxy.Decide, before any network
+// effect: the host is normalized (case, trailing dot, IDNA; non-canonical
+// IPv4 forms such as 0x7f.1 are refused), matched against net_hosts by name
+// and port, the budget is charged one op, the name is resolved once on the
+// host, and every resolved address that is special (loopback, private,
+// link-local, cloud metadata, CGNAT, ULA, multicast, IPv4-mapped forms) is
+// refused unless net_hosts lists that exact address. The proxy then dials
+// the address it checked, never the name, so DNS rebinding cannot move a
+// connection after the check. CONNECT tunnels must also open with a TLS
+// ClientHello whose SNI names the host that was granted, so a tunnel to an
+// allowed name cannot carry a TLS session for another one.
+//
+// It stops exfiltration and lateral movement by sandboxed code: reaching a
+// host not in net_hosts, reaching the host's own services or a metadata
+// endpoint through an allowed name, and smuggling a second request past the
+// check (Host header spoofing, userinfo tricks, Content-Length and
+// Transfer-Encoding conflicts, pipelined requests that are never decided).
+// Every decision is an audit event naming the net_hosts grant that would
+// allow it.
+//
+// The proxy is written on net/http and net instead of a general proxy
+// library on purpose: it is small, every decision is visible in this
+// package, and "resolve once, dial the checked address" must hold on every
+// path, which is hard to retrofit into a library that dials names itself.
+// Outbound HTTP requests are built afresh from what was checked; the
+// client's request is never edited and forwarded.
+//
+// egress must not import internal/enforce/... (it is portable and runs in
+// the supervisor), server, mcp or anything that imports testing.
+package egress

@@ -1,0 +1,254 @@
+package egress_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+var loopback4 = netip.MustParseAddr("127.0.0.1")
+
+// countingListener counts the connections a test server accepted, so a
+// denial test can assert that the server it protects saw nothing.
+type countingListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// target is an HTTP test server on 127.0.0.1 that counts accepted
+// connections and requests.
+type target struct {
+	srv      *httptest.Server
+	ln       *countingListener
+	port     uint16
+	requests atomic.Int64
+}
+
+func (t *target) accepted() int64 { return t.ln.n.Load() }
+
+// hostPort returns name:port for this server.
+func (t *target) hostPort(name string) string {
+	return net.JoinHostPort(name, strconv.Itoa(int(t.port)))
+}
+
+// newTarget starts a server that answers "hello from NAME" and echoes a
+// request body after it.
+func newTarget(t testing.TB, name string) *target {
+	t.Helper()
+	tg := &target{}
+	tg.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tg.requests.Add(1)
+		body, _ := io.ReadAll(r.Body) // a short body is part of what the test checks
+		fmt.Fprintf(w, "hello from %s host=%s %s", name, r.Host, body)
+	}))
+	tg.ln = &countingListener{Listener: tg.srv.Listener}
+	tg.srv.Listener = tg.ln
+	tg.srv.Start()
+	tg.port = uint16(tg.ln.Addr().(*net.TCPAddr).Port)
+	t.Cleanup(tg.srv.Close)
+	return tg
+}
+
+// fakeResolver maps names to addresses and records every lookup. A name
+// with several entries in seq answers them in turn (DNS rebinding).
+type fakeResolver struct {
+	mu    sync.Mutex
+	names map[string][]netip.Addr   // guarded by mu
+	seq   map[string][][]netip.Addr // guarded by mu
+	asked []string                  // guarded by mu
+}
+
+func newResolver(m map[string]string) *fakeResolver {
+	r := &fakeResolver{names: map[string][]netip.Addr{}, seq: map[string][][]netip.Addr{}}
+	for name, addrs := range m {
+		for _, a := range strings.Split(addrs, ",") {
+			r.names[name] = append(r.names[name], netip.MustParseAddr(a))
+		}
+	}
+	return r
+}
+
+func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, host)
+	if s := r.seq[host]; len(s) > 0 {
+		r.seq[host] = s[1:]
+		return s[0], nil
+	}
+	if a, ok := r.names[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func (r *fakeResolver) lookups() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.asked...)
+}
+
+// recordingDialer records every address it is asked to dial. It connects
+// only to loopback addresses: tests never send traffic anywhere else. A
+// non-loopback address gets fail, or an error when fail is nil.
+type recordingDialer struct {
+	mu    sync.Mutex
+	addrs []string // guarded by mu
+	fail  func(addr string) (net.Conn, error)
+}
+
+func (d *recordingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	d.addrs = append(d.addrs, addr)
+	d.mu.Unlock()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("test dialer: %q is not an IP address and port; the proxy must dial checked addresses only", addr)
+	}
+	if !ap.Addr().Unmap().IsLoopback() {
+		if d.fail != nil {
+			return d.fail(addr)
+		}
+		return nil, errors.New("test dialer: refusing to connect outside loopback")
+	}
+	var nd net.Dialer
+	return nd.DialContext(ctx, network, addr)
+}
+
+func (d *recordingDialer) dialed() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.addrs...)
+}
+
+// harness is a running proxy with its fakes.
+type harness struct {
+	p         *egress.Proxy
+	httpAddr  string
+	socksAddr string
+	rec       *audit.Recorder
+	res       *fakeResolver
+	dialer    *recordingDialer
+	meter     *budget.Meter
+}
+
+type harnessConfig struct {
+	hosts   []string
+	resolve map[string]string
+	limits  budget.Limits
+	skipSNI bool
+}
+
+func startProxy(t testing.TB, hc harnessConfig) *harness {
+	t.Helper()
+	pol, err := policy.New(policy.Spec{NetHosts: hc.hosts})
+	if err != nil {
+		t.Fatalf("policy.New(%q): %v", hc.hosts, err)
+	}
+	h := &harness{
+		rec:    &audit.Recorder{},
+		res:    newResolver(hc.resolve),
+		dialer: &recordingDialer{},
+		meter:  budget.NewMeter(hc.limits, nil),
+	}
+	h.p, err = egress.New(egress.Config{
+		Policy: pol, Meter: h.meter, Audit: h.rec, Resolver: h.res, Dialer: h.dialer,
+		SkipSNICheck: hc.skipSNI,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.httpAddr, h.socksAddr = hl.Addr().String(), sl.Addr().String()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); serveErr(t, h.p.ServeHTTPProxy(hl)) }()
+	go func() { defer wg.Done(); serveErr(t, h.p.ServeSOCKS5(sl)) }()
+	t.Cleanup(func() {
+		h.p.Close()
+		wg.Wait()
+	})
+	return h
+}
+
+func serveErr(t testing.TB, err error) {
+	if err != nil {
+		t.Errorf("serve returned %v after Close, want nil", err)
+	}
+}
+
+// client returns an HTTP client that uses the proxy for every URL and
+// trusts roots (nil: the system roots) for https.
+func (h *harness) client(roots *x509.CertPool) *http.Client {
+	pu := &url.URL{Scheme: "http", Host: h.httpAddr}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:           http.ProxyURL(pu),
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+	}}
+}
+
+// rawRequest sends req bytes on a fresh connection to the proxy and reads
+// one response.
+func (h *harness) rawRequest(t testing.TB, req string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", h.httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("read response to %q: %v", req, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body) // the status is what matters when the body is cut
+	return resp.StatusCode, string(b)
+}
+
+// denialFor returns the audit denials whose target is target.
+func (h *harness) denialFor(target string) []audit.Event {
+	var out []audit.Event
+	for _, e := range h.rec.Denials() {
+		if e.Target == target {
+			out = append(out, e)
+		}
+	}
+	return out
+}

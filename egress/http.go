@@ -1,0 +1,395 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/hostspec"
+)
+
+// maxHeadBytes bounds a request line plus headers.
+const maxHeadBytes = 64 << 10
+
+// ServeHTTPProxy serves an HTTP/1.1 forward proxy on l: absolute-URI
+// http:// requests are decided and forwarded, CONNECT opens a checked
+// tunnel. Every request on a keep-alive connection is decided anew. It
+// returns nil once Close stops it, or the listener's error.
+func (p *Proxy) ServeHTTPProxy(l net.Listener) error { return p.serve(l, p.handleHTTP) }
+
+// handleHTTP reads requests from one client connection until it closes,
+// a request is refused, or a CONNECT takes the connection over.
+func (p *Proxy) handleHTTP(c net.Conn) {
+	br := bufio.NewReaderSize(c, maxHeadBytes)
+	up := &upstream{}
+	defer up.close()
+	wait := p.handshake
+	for {
+		// Idle between requests, then a bounded time for the head itself.
+		c.SetReadDeadline(time.Now().Add(wait))
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		wait = p.idle
+		c.SetReadDeadline(time.Now().Add(p.handshake))
+		head, err := peekHead(br)
+		if err != nil {
+			writeError(c, http.StatusRequestHeaderFieldsTooLarge, "airlock: request head is incomplete or larger than 64 KiB")
+			return
+		}
+		raw, err := inspectHead(head)
+		if err != nil {
+			writeError(c, http.StatusBadRequest, "airlock: "+err.Error())
+			return
+		}
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			writeError(c, http.StatusBadRequest, "airlock: malformed request: "+err.Error())
+			return
+		}
+		c.SetReadDeadline(time.Time{})
+		if req.Method == http.MethodConnect {
+			p.handleConnect(c, br, req)
+			return
+		}
+		if !p.forward(c, req, raw, up) {
+			return
+		}
+	}
+}
+
+// peekHead returns the request line and headers, through the blank line,
+// without consuming them, so that http.ReadRequest parses the same bytes.
+func peekHead(br *bufio.Reader) ([]byte, error) {
+	scanned := 0
+	for {
+		buf, err := br.Peek(br.Buffered())
+		if err != nil {
+			return nil, err
+		}
+		from := max(scanned-3, 0)
+		if i := bytes.Index(buf[from:], []byte("\r\n\r\n")); i >= 0 {
+			return buf[:from+i+4], nil
+		}
+		if i := bytes.Index(buf[from:], []byte("\n\n")); i >= 0 {
+			return buf[:from+i+2], nil
+		}
+		scanned = len(buf)
+		if scanned >= maxHeadBytes {
+			return nil, errors.New("request head too large")
+		}
+		// Wait for at least one more byte.
+		if _, err := br.Peek(scanned + 1); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// rawHead is what http.ReadRequest hides: the Host header (deleted) and
+// Content-Length next to Transfer-Encoding (dropped silently).
+type rawHead struct {
+	host    string // the Host header, "" when absent
+	hasHost bool
+}
+
+// inspectHead parses the head with the same textproto reader net/http uses
+// and refuses the framing that request smuggling relies on.
+func inspectHead(head []byte) (rawHead, error) {
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	if _, err := tp.ReadLine(); err != nil {
+		return rawHead{}, fmt.Errorf("malformed request line: %v", err)
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return rawHead{}, fmt.Errorf("malformed request headers: %v", err)
+	}
+	cl, te := h.Values("Content-Length"), h.Values("Transfer-Encoding")
+	if len(cl) > 0 && len(te) > 0 {
+		return rawHead{}, errors.New("request has both Content-Length and Transfer-Encoding; send only one")
+	}
+	for _, v := range cl {
+		if strings.TrimSpace(v) != strings.TrimSpace(cl[0]) || strings.Contains(v, ",") {
+			return rawHead{}, errors.New("request has conflicting Content-Length values")
+		}
+	}
+	hosts := h.Values("Host")
+	if len(hosts) > 1 {
+		return rawHead{}, errors.New("request has more than one Host header")
+	}
+	var r rawHead
+	if len(hosts) == 1 {
+		r.host, r.hasHost = hosts[0], true
+	}
+	return r, nil
+}
+
+// forward decides one absolute-URI request, sends a fresh request built
+// from what was checked, and copies the response back. It reports whether
+// the client connection may carry another request.
+func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream) bool {
+	u := req.URL
+	switch {
+	case u.Scheme == "" && u.Host == "":
+		writeError(c, http.StatusBadRequest, "airlock: this is a proxy; send absolute-URI requests such as GET http://host/path (set HTTP_PROXY)")
+		return false
+	case !strings.EqualFold(u.Scheme, "http"):
+		writeError(c, http.StatusBadRequest, "airlock: only http:// URLs are forwarded; use CONNECT (HTTPS_PROXY) for "+u.Scheme+"://")
+		return false
+	case u.User != nil:
+		writeError(c, http.StatusBadRequest, "airlock: userinfo (user@ or user:password@) in the request URL is refused")
+		return false
+	case u.Host == "" || u.Opaque != "":
+		writeError(c, http.StatusBadRequest, "airlock: request URL has no host")
+		return false
+	}
+	port, err := parsePort(u.Port(), 80)
+	if err != nil {
+		writeError(c, http.StatusBadRequest, "airlock: request URL port: "+err.Error())
+		return false
+	}
+	if raw.hasHost {
+		if err := p.sameHost(u.Hostname(), port, raw.host); err != nil {
+			writeError(c, http.StatusForbidden, refusal(err))
+			return false
+		}
+	}
+	d, err := p.decide(p.ctx, opHTTP, u.Hostname(), port)
+	if err != nil {
+		writeError(c, statusFor(err), refusal(err))
+		return false
+	}
+
+	out, bodyDone := outbound(req, d)
+	if v := req.Header.Get("Expect"); strings.EqualFold(v, "100-continue") {
+		// The client holds its body until told to send it; the upstream
+		// request carries no Expect, so the transport sends it at once.
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+	}
+	resp, err := up.transport(p, d).RoundTrip(out)
+	if err != nil {
+		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" did not answer: "+err.Error())
+		return false
+	}
+	defer resp.Body.Close()
+	keep := !req.Close && req.ProtoAtLeast(1, 1)
+	if !p.writeResponse(c, req, resp, keep) {
+		return false
+	}
+	select {
+	case <-bodyDone:
+		// The transport is done with the client's body; br is ours again.
+		return keep
+	default:
+		return false
+	}
+}
+
+// sameHost refuses a Host header that names another host or port than the
+// request URL: an upstream would route by the header, the check by the URL.
+func (p *Proxy) sameHost(urlHost string, port uint16, header string) error {
+	h := &url.URL{Host: header}
+	hp, err := parsePort(h.Port(), 80)
+	a, aerr := hostspec.NormalizeHost(urlHost)
+	b, berr := hostspec.NormalizeHost(h.Hostname())
+	if err == nil && aerr == nil && berr == nil && a == b && hp == port {
+		return nil
+	}
+	target := joinHostPort(urlHost, port)
+	if aerr == nil {
+		target = joinHostPort(a, port)
+	}
+	return p.deny(opHTTP, target, fmt.Sprintf("Host header %q does not match the request URL host %s", header, target),
+		"send a Host header that names the request URL's host and port")
+}
+
+// outbound builds the request sent upstream from the checked decision and
+// the client's request, which itself is never edited. bodyDone is closed
+// once the transport has closed the client's body.
+func outbound(req *http.Request, d *decision) (*http.Request, <-chan struct{}) {
+	hostHeader := d.host
+	if d.isIP && strings.Contains(hostHeader, ":") {
+		hostHeader = "[" + hostHeader + "]"
+	}
+	if d.port != 80 {
+		hostHeader = joinHostPort(d.host, d.port)
+	}
+	h := req.Header.Clone()
+	removeHopByHop(h)
+	h.Del("Expect")
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""} // keeps net/http from adding its own
+	}
+	done := make(chan struct{})
+	body := req.Body
+	if body == nil || body == http.NoBody {
+		close(done)
+		body = http.NoBody
+	} else {
+		body = &notifyBody{ReadCloser: body, done: done}
+	}
+	out := &http.Request{
+		Method:        req.Method,
+		URL:           &url.URL{Scheme: "http", Host: hostHeader, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery},
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          body,
+		ContentLength: req.ContentLength,
+		Host:          hostHeader,
+	}
+	if body == http.NoBody {
+		out.ContentLength = 0
+	}
+	return out, done
+}
+
+// writeResponse copies resp to the client, flushing whenever the upstream
+// makes us wait so streamed responses stay streamed.
+func (p *Proxy) writeResponse(c net.Conn, req *http.Request, resp *http.Response, keep bool) bool {
+	removeHopByHop(resp.Header)
+	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
+	resp.Close = !keep
+	resp.TransferEncoding = nil
+	if resp.ContentLength < 0 && req.Method != http.MethodHead {
+		if req.ProtoAtLeast(1, 1) {
+			resp.TransferEncoding = []string{"chunked"}
+		} else {
+			resp.Close = true
+		}
+	}
+	resp.Trailer = nil
+	bw := bufio.NewWriter(c)
+	resp.Body = flushBeforeRead{ReadCloser: resp.Body, w: bw}
+	// writerOnly hides bw.ReadFrom, which reads into bw's buffer and would
+	// be corrupted by the flush inside flushBeforeRead.Read.
+	if err := resp.Write(writerOnly{bw}); err != nil {
+		return false
+	}
+	return bw.Flush() == nil && !resp.Close
+}
+
+// upstream caches one transport per client connection, reused only while
+// requests decide to the same host and the same checked addresses, so a
+// pooled connection can never carry a request for another destination.
+type upstream struct {
+	key string
+	tr  *http.Transport
+}
+
+func (u *upstream) transport(p *Proxy, d *decision) *http.Transport {
+	key := d.target + " " + addrList(d.addrs)
+	if u.tr != nil && u.key == key {
+		return u.tr
+	}
+	u.close()
+	u.key = key
+	u.tr = &http.Transport{
+		// The address argument (from the URL) is ignored: only the
+		// addresses this decision checked are dialed.
+		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return p.dial(ctx, d) },
+		Proxy:                  nil,
+		DisableCompression:     true, // pass Accept-Encoding and bodies through untouched
+		MaxIdleConnsPerHost:    1,
+		IdleConnTimeout:        p.idle,
+		MaxResponseHeaderBytes: 1 << 20,
+	}
+	return u.tr
+}
+
+func (u *upstream) close() {
+	if u.tr != nil {
+		u.tr.CloseIdleConnections()
+		u.tr = nil
+	}
+}
+
+// hopByHop lists headers that describe one connection, not the message
+// (RFC 9110 §7.6.1), plus the proxy credentials, which never leave.
+var hopByHop = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func removeHopByHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+}
+
+// parsePort parses a decimal port in 1..65535; "" means def.
+func parsePort(s string, def uint16) (uint16, error) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil || n == 0 || s[0] == '+' {
+		return 0, fmt.Errorf("%q is not a port in 1..65535", s)
+	}
+	return uint16(n), nil
+}
+
+func statusFor(err error) int {
+	var de *policy.DenyError
+	switch {
+	case errors.As(err, &de), errors.Is(err, budget.ErrExhausted):
+		return http.StatusForbidden
+	default:
+		return http.StatusBadGateway
+	}
+}
+
+// writeError answers with a plain-text explanation and ends the connection.
+func writeError(c net.Conn, status int, msg string) {
+	msg += "\n"
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(msg), msg)
+}
+
+// notifyBody closes done when the transport closes the client's body.
+type notifyBody struct {
+	io.ReadCloser
+	done chan struct{}
+	once sync.Once
+}
+
+func (b *notifyBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { close(b.done) })
+	return err
+}
+
+type writerOnly struct{ io.Writer }
+
+// flushBeforeRead flushes what was written so far before waiting for more.
+type flushBeforeRead struct {
+	io.ReadCloser
+	w *bufio.Writer
+}
+
+func (f flushBeforeRead) Read(b []byte) (int, error) {
+	if err := f.w.Flush(); err != nil {
+		return 0, err
+	}
+	return f.ReadCloser.Read(b)
+}

@@ -1,0 +1,143 @@
+package guard
+
+import (
+	"errors"
+	"io/fs"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/pathspec"
+)
+
+// refusal is a filesystem operation that the grant check admitted but the
+// resolution beneath the grant root refused: a symlink escape, a hard link,
+// a device. The exported form is a *policy.DenyError.
+type refusal struct {
+	reason     string // DenyError.Reason
+	suggestion string // audit suggestion; "" keeps DenyError.Suggestion()
+	// escaped is set when the kernel said the path leaves the root (EXDEV):
+	// a shorter grant root that also contains the path may still allow it.
+	escaped bool
+}
+
+func (r *refusal) Error() string { return r.reason }
+
+// Read returns the content of a regular file inside fs_read or fs_write.
+// Symlinks are followed only while they stay beneath the grant root. The
+// content counts against max_output_bytes; a file larger than what is left
+// halts the meter and returns the *budget.ExhaustedError with no data.
+func (g *Guard) Read(path string) ([]byte, error) {
+	var data []byte
+	err := g.fsOp("read", policy.FSRead, path, func(root, rel string) error {
+		var err error
+		data, err = g.readAt(root, rel)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// Write creates or truncates a regular file inside fs_write and writes data
+// to it with mode 0644 (before umask). Missing parent directories beneath the
+// grant root are created with mode 0755. It never writes through a symlink
+// and refuses files with more than one hard link.
+func (g *Guard) Write(path string, data []byte) error {
+	return g.fsOp("write", policy.FSWrite, path, func(root, rel string) error {
+		return writeAt(root, rel, data)
+	})
+}
+
+// List returns the entries of a directory inside fs_read or fs_write,
+// sorted by name. The entry names count against max_output_bytes.
+func (g *Guard) List(dir string) ([]Entry, error) {
+	var entries []Entry
+	err := g.fsOp("list", policy.FSRead, dir, func(root, rel string) error {
+		var err error
+		entries, err = g.listAt(root, rel)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+// Remove deletes a file, a symlink (not its target) or an empty directory
+// inside fs_write. A grant root itself cannot be removed.
+func (g *Guard) Remove(path string) error {
+	return g.fsOp("remove", policy.FSWrite, path, removeAt)
+}
+
+// fsOp runs the budget, the grant check and then do for the most specific
+// grant root containing path, falling back to shorter roots only when the
+// kernel says the path escapes the longer one.
+func (g *Guard) fsOp(op string, c policy.Capability, path string, do func(root, rel string) error) error {
+	if err := g.charge(op, path); err != nil {
+		return err
+	}
+	canon, err := pathspec.Abs(g.cwd, path)
+	if err != nil {
+		return g.deny(audit.LayerFS, &policy.DenyError{Cap: c, Op: op, Subject: path, Reason: err.Error()}, "give an absolute path or a path relative to the working directory")
+	}
+	roots := g.readRoots
+	check := g.policy.CheckRead
+	if c == policy.FSWrite {
+		roots, check = g.writeRoots, g.policy.CheckWrite
+	}
+	if err := check("/", canon); err != nil {
+		var de *policy.DenyError
+		if !errors.As(err, &de) {
+			return err
+		}
+		de.Op = op
+		return g.deny(audit.LayerFS, de, "")
+	}
+
+	var ref *refusal
+	ran := false
+	for _, root := range roots {
+		if !pathspec.Within(root, canon) {
+			continue
+		}
+		ran, ref = true, nil
+		err = do(root, relTo(root, canon))
+		if !errors.As(err, &ref) || !ref.escaped {
+			break
+		}
+	}
+	if !ran {
+		// Check admitted a path that no grant root contains: the policy and
+		// the root lists disagree. Fail closed.
+		return errors.New("airlock bug: guard: " + op + " " + canon + ": admitted path is in no grant root")
+	}
+	if ref != nil {
+		de := &policy.DenyError{Cap: c, Op: op, Subject: canon, Reason: ref.reason}
+		return g.deny(audit.LayerFS, de, ref.suggestion)
+	}
+	var ee *budget.ExhaustedError
+	if errors.As(err, &ee) {
+		return g.exhausted(op, canon, err)
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+		err = &fs.PathError{Op: op, Path: canon, Err: err}
+	}
+	g.allow(audit.LayerFS, op, canon, c, msg)
+	return err
+}
+
+// relTo returns canon relative to root, "." for the root itself. Both are
+// canonical and root contains canon.
+func relTo(root, canon string) string {
+	switch {
+	case root == canon:
+		return "."
+	case root == "/":
+		return canon[1:]
+	}
+	return canon[len(root)+1:]
+}

@@ -1,0 +1,401 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// resolveFlags confine every lookup to the grant root: RESOLVE_BENEATH
+// refuses "..", absolute symlinks and symlinks that leave the root (EXDEV);
+// RESOLVE_NO_MAGICLINKS refuses /proc/*/fd style links (ELOOP). See
+// openat2(2); Linux 5.6 or later.
+const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
+
+// readChunk is how much Read asks the kernel for when a file is longer
+// than fstat said (it grew, or its filesystem reports no size).
+const readChunk = 32 << 10
+
+// openRoot opens a grant root as an O_PATH directory fd. The root comes from
+// the operator's policy, so a symlink in the root's own path is followed.
+func openRoot(root string) (int, error) {
+	for {
+		fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, fmt.Errorf("open grant root %s: %w", root, err)
+		}
+		return fd, nil
+	}
+}
+
+// openBeneath opens rel beneath dirfd with openat2(2). EAGAIN (a concurrent
+// rename during the lookup) and EINTR are retried a few times.
+func openBeneath(dirfd int, rel string, flags, mode uint64) (int, error) {
+	how := unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: resolveFlags}
+	var err error
+	for range 16 {
+		var fd int
+		fd, err = unix.Openat2(dirfd, rel, &how)
+		if err == nil {
+			return fd, nil
+		}
+		if err != unix.EAGAIN && err != unix.EINTR {
+			break
+		}
+	}
+	return -1, resolveError(err)
+}
+
+// resolveError turns the errnos by which openat2 refuses a path into a
+// refusal and leaves every other errno reachable with errors.Is.
+func resolveError(err error) error {
+	switch {
+	case errors.Is(err, unix.EXDEV):
+		return &refusal{
+			reason:     "resolves outside the grant through a symlink",
+			suggestion: "use the path the symlink points to, or grant the directory that contains both",
+			escaped:    true,
+		}
+	case errors.Is(err, unix.ELOOP):
+		return &refusal{
+			reason:     "passes through a symlink that cannot be followed (a loop, a /proc magic link, or a symlink where a write needs a file)",
+			suggestion: "use the real path instead of the symlink",
+		}
+	case errors.Is(err, unix.ENOSYS):
+		return fmt.Errorf("openat2 is missing (linux 5.6 or later is needed): %w", errors.ErrUnsupported)
+	}
+	return err
+}
+
+// checkFile refuses what Read and Write must never touch through a granted
+// path: non-regular files (a device or fifo could block or have side
+// effects) and files with more than one hard link (the other link may be
+// outside the grant, and the kernel cannot tell which name was granted).
+func checkFile(st *unix.Stat_t) error {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return unix.EISDIR
+	case unix.S_IFLNK:
+		return &refusal{
+			reason:     "is a symlink, and writes never follow symlinks",
+			suggestion: "write to the real path instead of the symlink",
+		}
+	default:
+		return &refusal{
+			reason:     "is not a regular file (a device, fifo or socket)",
+			suggestion: "only regular files can be read or written",
+		}
+	}
+	if st.Nlink > 1 {
+		return &refusal{
+			reason:     "has " + strconv.FormatUint(uint64(st.Nlink), 10) + " hard links, and a hard link can alias a file outside the grant",
+			suggestion: "copy the file instead of hard-linking it",
+		}
+	}
+	return nil
+}
+
+// readAt reads root/rel. The file is first opened O_PATH and checked, so a
+// fifo or device is never opened for reading; the second open must yield the
+// same inode, or the file was swapped in between.
+func (g *Guard) readAt(root, rel string) ([]byte, error) {
+	rfd, err := openRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rfd)
+	pfd, err := openBeneath(rfd, rel, unix.O_PATH, 0)
+	if err != nil {
+		return nil, err
+	}
+	var pst unix.Stat_t
+	err = unix.Fstat(pfd, &pst)
+	unix.Close(pfd)
+	if err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if err := checkFile(&pst); err != nil {
+		return nil, err
+	}
+	fd, err := openBeneath(rfd, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Dev != pst.Dev || st.Ino != pst.Ino {
+		return nil, errors.New("the file was replaced while it was being opened: retry the read")
+	}
+	if err := checkFile(&st); err != nil {
+		return nil, err
+	}
+	return g.readBounded(fd, st.Size)
+}
+
+// readBounded reads fd to its end, charging every byte to max_output_bytes
+// before it is kept, so memory stays bounded by the output budget even when
+// the file grows while it is read.
+func (g *Guard) readBounded(fd int, size int64) ([]byte, error) {
+	limit := g.meter.Limits().OutputBytes
+	_, used := g.meter.Usage()
+	if size > limit-used {
+		// Halt now rather than read what cannot be returned.
+		if _, err := g.meter.ChargeOutput(size); err != nil {
+			return nil, err
+		}
+	}
+	// One spare byte lets the read that sees EOF land without growing buf.
+	buf := make([]byte, 0, max(size, 0)+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, readChunk)
+		}
+		n, err := unix.Read(fd, buf[len(buf):cap(buf)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read: %w", err)
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		if _, err := g.meter.ChargeOutput(int64(n)); err != nil {
+			return nil, err
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
+// writeAt writes data to root/rel. The open does not truncate: the file is
+// checked first (regular, one link), so a hard link to a file outside the
+// grant is refused before any of its bytes are lost.
+func writeAt(root, rel string, data []byte) error {
+	if rel == "." {
+		return unix.EISDIR
+	}
+	rfd, err := openRoot(root)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	dir, base := splitRel(rel)
+	pfd, err := mkdirBeneath(rfd, dir)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+
+	// Look before opening so an existing device or fifo is never opened.
+	if lfd, err := openBeneath(pfd, base, unix.O_PATH|unix.O_NOFOLLOW, 0); err == nil {
+		var st unix.Stat_t
+		err = unix.Fstat(lfd, &st)
+		unix.Close(lfd)
+		if err != nil {
+			return fmt.Errorf("fstat: %w", err)
+		}
+		if err := checkFile(&st); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+
+	fd, err := openBeneath(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o644)
+	if err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("fstat: %w", err)
+	}
+	if err := checkFile(&st); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	if err := unix.Ftruncate(fd, 0); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("truncate: %w", err)
+	}
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("write: %w", err)
+		}
+		data = data[n:]
+	}
+	if err := unix.Close(fd); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}
+
+// mkdirBeneath returns an O_PATH fd of root/dir, creating missing
+// directories one component at a time. Each mkdirat(2) runs on an fd that
+// was itself resolved beneath the root, and each new directory is reopened
+// beneath the root, so a component swapped for a symlink is refused.
+func mkdirBeneath(rfd int, dir string) (int, error) {
+	fd, err := openBeneath(rfd, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err == nil || dir == "." || !errors.Is(err, unix.ENOENT) {
+		return fd, err
+	}
+	cur, err := openBeneath(rfd, ".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, err
+	}
+	prefix := ""
+	for comp := range strings.SplitSeq(dir, "/") {
+		if prefix == "" {
+			prefix = comp
+		} else {
+			prefix += "/" + comp
+		}
+		next, err := openBeneath(rfd, prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
+		if errors.Is(err, unix.ENOENT) {
+			if merr := unix.Mkdirat(cur, comp, 0o755); merr != nil && merr != unix.EEXIST {
+				unix.Close(cur)
+				return -1, fmt.Errorf("mkdir %s: %w", prefix, merr)
+			}
+			next, err = openBeneath(rfd, prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
+		}
+		unix.Close(cur)
+		if err != nil {
+			return -1, err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// removeAt unlinks root/rel. unlinkat(2) never follows the final component,
+// so removing a symlink removes the link, not its target.
+func removeAt(root, rel string) error {
+	if rel == "." {
+		return errors.New("is a grant root: remove the entries beneath it instead")
+	}
+	rfd, err := openRoot(root)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	dir, base := splitRel(rel)
+	pfd, err := openBeneath(rfd, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	err = unix.Unlinkat(pfd, base, 0)
+	if err == unix.EISDIR {
+		err = unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR)
+	}
+	return err
+}
+
+// listAt lists root/rel. O_DIRECTORY makes the open fail before a device or
+// fifo could be opened.
+func (g *Guard) listAt(root, rel string) ([]Entry, error) {
+	rfd, err := openRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rfd)
+	fd, err := openBeneath(rfd, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var (
+		entries []Entry
+		names   []string
+		buf     = make([]byte, 8<<10)
+	)
+	for {
+		n, err := unix.ReadDirent(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("getdents: %w", err)
+		}
+		if n <= 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
+		var size int64
+		for _, name := range names {
+			size += int64(len(name))
+		}
+		if _, err := g.meter.ChargeOutput(size); err != nil {
+			return nil, err
+		}
+		for _, name := range names {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if err == unix.ENOENT {
+					continue // removed since getdents
+				}
+				return nil, fmt.Errorf("lstat %s: %w", name, err)
+			}
+			m := fileMode(st.Mode)
+			entries = append(entries, Entry{Name: name, Dir: m.IsDir(), Size: st.Size, Mode: m})
+		}
+	}
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	return entries, nil
+}
+
+// splitRel splits a root-relative path into its parent ("." at the root)
+// and its last component.
+func splitRel(rel string) (dir, base string) {
+	i := strings.LastIndexByte(rel, '/')
+	if i < 0 {
+		return ".", rel
+	}
+	return rel[:i], rel[i+1:]
+}
+
+// fileMode converts st_mode to an fs.FileMode as os.Lstat does.
+func fileMode(mode uint32) fs.FileMode {
+	m := fs.FileMode(mode & 0o777)
+	switch mode & unix.S_IFMT {
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	}
+	if mode&unix.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if mode&unix.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if mode&unix.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}

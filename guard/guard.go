@@ -1,0 +1,216 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/pathspec"
+)
+
+// Config describes one guard. The zero Config is invalid: New needs a Policy.
+type Config struct {
+	// Policy lists what may be touched. Required; New fails without it.
+	Policy *policy.Policy
+
+	// Clock times audit events and, when Meter is nil, the new meter's
+	// deadline. Nil means budget.SystemClock{}.
+	Clock budget.Clock
+
+	// Meter counts ops and output bytes and holds the deadline. Sessions
+	// pass one meter shared by all their guards. Nil means a new meter from
+	// Policy.Budget() and Clock, whose deadline starts at New.
+	Meter *budget.Meter
+
+	// Audit receives one event per decision. Nil means audit.Discard.
+	Audit audit.Sink
+
+	// Transport sends the requests that Fetch admits. Redirects are not
+	// followed: a 3xx response is returned as is, and a caller that wants
+	// to follow it fetches the Location again through the guard. Nil means
+	// no network is configured and every admitted Fetch fails closed.
+	Transport http.RoundTripper
+
+	// Tools holds the implementations CallTool may run, by name. A tool
+	// runs only when it is listed here AND in the policy's allowed_tools.
+	// Nil means no tool can be called. New copies the map.
+	Tools map[string]ToolFunc
+
+	// Cwd is the absolute base for relative paths. "" means "/".
+	Cwd string
+}
+
+// ToolFunc implements one tool for CallTool.
+type ToolFunc func(ctx context.Context, args map[string]any) (any, error)
+
+// Entry is one directory entry returned by List. Symlinks are reported as
+// themselves (ModeSymlink set, Dir false), never followed.
+type Entry struct {
+	Name string      // base name within the listed directory
+	Dir  bool        // whether the entry is a directory
+	Size int64       // size in bytes as reported by lstat
+	Mode fs.FileMode // type and permission bits
+}
+
+// ErrNoTool is returned by CallTool when allowed_tools grants a tool that
+// Config.Tools does not implement.
+var ErrNoTool = errors.New("guard: tool has no implementation")
+
+// Guard checks and performs operations on behalf of an agent. It is safe
+// for concurrent use. The zero Guard refuses everything; use New.
+type Guard struct {
+	policy     *policy.Policy
+	clock      budget.Clock
+	meter      *budget.Meter
+	sink       audit.Sink
+	transport  http.RoundTripper
+	tools      map[string]ToolFunc
+	cwd        string
+	readRoots  []string // fs_read and fs_write grants, longest first
+	writeRoots []string // fs_write grants, longest first
+
+	haltReported atomic.Bool // whether the Halt event has been emitted
+}
+
+// errUnconfigured is returned by every method of a Guard not made by New.
+var errUnconfigured = errors.New("guard: guard was not made by guard.New: construct it with New")
+
+// New validates cfg and returns a guard for it.
+func New(cfg Config) (*Guard, error) {
+	if cfg.Policy == nil {
+		return nil, errors.New("guard: new: no policy: set Config.Policy")
+	}
+	cwd := "/"
+	if cfg.Cwd != "" {
+		if !strings.HasPrefix(cfg.Cwd, "/") {
+			return nil, fmt.Errorf("guard: new: cwd %q is relative: give an absolute path", cfg.Cwd)
+		}
+		c, err := pathspec.Abs("/", cfg.Cwd)
+		if err != nil {
+			return nil, fmt.Errorf("guard: new: cwd %q: %w", cfg.Cwd, err)
+		}
+		cwd = c
+	}
+	for name, fn := range cfg.Tools {
+		if fn == nil {
+			return nil, fmt.Errorf("guard: new: tool %q has a nil ToolFunc: give an implementation or leave it out", name)
+		}
+	}
+	g := &Guard{
+		policy:    cfg.Policy,
+		clock:     cfg.Clock,
+		meter:     cfg.Meter,
+		sink:      cfg.Audit,
+		transport: cfg.Transport,
+		tools:     maps.Clone(cfg.Tools),
+		cwd:       cwd,
+	}
+	if g.clock == nil {
+		g.clock = budget.SystemClock{}
+	}
+	if g.meter == nil {
+		g.meter = budget.NewMeter(cfg.Policy.Budget(), g.clock)
+	}
+	if g.sink == nil {
+		g.sink = audit.Discard
+	}
+	g.writeRoots = longestFirst(cfg.Policy.FSWrite())
+	g.readRoots = longestFirst(append(cfg.Policy.FSRead(), cfg.Policy.FSWrite()...))
+	return g, nil
+}
+
+// longestFirst sorts roots so the most specific grant is tried first.
+func longestFirst(roots []string) []string {
+	slices.SortStableFunc(roots, func(a, b string) int { return len(b) - len(a) })
+	return slices.Compact(roots)
+}
+
+// Meter returns the meter the guard charges, so a session can report usage
+// or halt it when another layer blows a budget.
+func (g *Guard) Meter() *budget.Meter { return g.meter }
+
+// charge counts one op before anything else happens. When the budget is
+// blown it records the refusal and returns the *budget.ExhaustedError.
+func (g *Guard) charge(op, target string) error {
+	if g == nil || g.policy == nil {
+		return errUnconfigured
+	}
+	if err := g.meter.ChargeOp(); err != nil {
+		return g.exhausted(op, target, err)
+	}
+	return nil
+}
+
+// exhausted records a budget refusal: the first one of this guard is the
+// Halt event, every later one a Deny event. It returns err unchanged.
+func (g *Guard) exhausted(op, target string, err error) error {
+	rule := string(budget.MaxOps)
+	var ee *budget.ExhaustedError
+	if errors.As(err, &ee) {
+		rule = string(ee.Limit)
+	}
+	kind := audit.Deny
+	if g.haltReported.CompareAndSwap(false, true) {
+		kind = audit.Halt
+	}
+	g.sink.Emit(audit.Event{
+		Time:       g.clock.Now(),
+		Kind:       kind,
+		Layer:      audit.LayerBudget,
+		Op:         op,
+		Target:     target,
+		Rule:       rule,
+		Message:    err.Error(),
+		Suggestion: "raise " + rule + " in the policy's budget",
+	})
+	return err
+}
+
+// deny records de and returns it. suggestion replaces de.Suggestion() when
+// adding the subject to a grant would not help (a symlink escape, say).
+func (g *Guard) deny(layer string, de *policy.DenyError, suggestion string) error {
+	if suggestion == "" {
+		suggestion = de.Suggestion()
+	}
+	msg := de.Reason
+	if msg == "" {
+		msg = de.Error()
+	}
+	g.sink.Emit(audit.Event{
+		Time:       g.clock.Now(),
+		Kind:       audit.Deny,
+		Layer:      layer,
+		Op:         de.Op,
+		Target:     de.Subject,
+		Rule:       de.Cap.String(),
+		Message:    msg,
+		Suggestion: suggestion,
+	})
+	return de
+}
+
+// allow records an admitted operation. msg is empty or says how the
+// operation ended when it failed for a reason other than the policy.
+func (g *Guard) allow(layer, op, target string, c policy.Capability, msg string) {
+	if msg == "" {
+		msg = "granted by " + c.String()
+	}
+	g.sink.Emit(audit.Event{
+		Time:    g.clock.Now(),
+		Kind:    audit.Allow,
+		Layer:   layer,
+		Op:      op,
+		Target:  target,
+		Rule:    c.String(),
+		Message: msg,
+	})
+}

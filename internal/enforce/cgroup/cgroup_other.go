@@ -1,0 +1,47 @@
+//go:build !linux
+
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+)
+
+var errUnsupported = fmt.Errorf("cgroup: control groups exist only on Linux: %w", errors.ErrUnsupported)
+
+// Detect returns an error wrapping errors.ErrUnsupported.
+func Detect() (Host, error) { return Host{}, errUnsupported }
+
+// Create returns an error wrapping errors.ErrUnsupported.
+func Create(h Host, cfg Config) (*Group, error) { return nil, errUnsupported }
+
+// Add returns an error wrapping errors.ErrUnsupported.
+func (g *Group) Add(pid int) error { return errUnsupported }
+
+// UnifiedFD reports false.
+func (g *Group) UnifiedFD() (int, bool) { return -1, false }
+
+// Status returns the zero Status.
+func (g *Group) Status() Status { return Status{} }
+
+// Usage returns an error wrapping errors.ErrUnsupported.
+func (g *Group) Usage() (Usage, error) { return Usage{}, errUnsupported }
+
+// Events returns an error wrapping errors.ErrUnsupported.
+func (g *Group) Events() (Events, error) { return Events{}, errUnsupported }
+
+// Kill returns an error wrapping errors.ErrUnsupported.
+func (g *Group) Kill() error { return errUnsupported }
+
+// Destroy returns nil: no group can exist.
+func (g *Group) Destroy() error { return nil }
+
+// Janitor returns an error wrapping errors.ErrUnsupported.
+func Janitor(h Host, alive func(name string) bool) ([]string, error) { return nil, errUnsupported }
+
+// NewName returns an error wrapping errors.ErrUnsupported.
+func NewName(supervisorPid int) (string, error) { return "", errUnsupported }
+
+// OwnerAlive reports true: without /proc it cannot tell, and true keeps
+// groups.
+func OwnerAlive(name string) bool { return true }

@@ -1,0 +1,101 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// readStat reads a control file; a missing file (the controller is absent
+// or was not enabled) yields "" and no error.
+func readStat(dir, file string) (string, bool, error) {
+	name := filepath.Join(dir, file)
+	b, err := os.ReadFile(name)
+	if errors.Is(err, unix.ENOENT) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("cgroup: read %s: %w", name, err)
+	}
+	return string(b), true, nil
+}
+
+// readInt reads a single-integer control file; missing yields 0.
+func readInt(dir, file string) (int64, error) {
+	s, ok, err := readStat(dir, file)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return single(filepath.Join(dir, file), s)
+}
+
+// Usage reads what the group consumed: peak memory (memory.peak, Linux
+// 5.19, or memory.max_usage_in_bytes on v1), CPU time (cgroup2 cpu.stat
+// usage_usec, or cpuacct.usage on v1-only hosts) and tasks (pids.current,
+// pids.peak).
+func (g *Group) Usage() (Usage, error) {
+	var u Usage
+	var err error
+	if d, ok := g.plan.dir(Memory); ok {
+		file := "memory.max_usage_in_bytes"
+		if d.V2 {
+			file = "memory.peak"
+		}
+		if u.MemoryPeak, err = readInt(d.Path, file); err != nil {
+			return Usage{}, err
+		}
+	}
+	if d, ok := g.plan.cgroup2(); ok {
+		s, _, err := readStat(d.Path, "cpu.stat")
+		if err != nil {
+			return Usage{}, err
+		}
+		us, _ := keyed(s, "usage_usec")
+		u.CPU = time.Duration(us) * time.Microsecond
+	} else if d, ok := g.plan.dir(CPUAcct); ok {
+		ns, err := readInt(d.Path, "cpuacct.usage")
+		if err != nil {
+			return Usage{}, err
+		}
+		u.CPU = time.Duration(ns)
+	}
+	if d, ok := g.plan.dir(Pids); ok {
+		if u.Pids, err = readInt(d.Path, "pids.current"); err != nil {
+			return Usage{}, err
+		}
+		if u.PidsPeak, err = readInt(d.Path, "pids.peak"); err != nil {
+			return Usage{}, err
+		}
+	}
+	return u, nil
+}
+
+// Events counts limit hits: OOM kills (memory.events or v1
+// memory.oom_control "oom_kill", Linux 4.13) and refused forks
+// (pids.events "max").
+func (g *Group) Events() (Events, error) {
+	var e Events
+	if d, ok := g.plan.dir(Memory); ok {
+		file := "memory.oom_control"
+		if d.V2 {
+			file = "memory.events"
+		}
+		s, _, err := readStat(d.Path, file)
+		if err != nil {
+			return Events{}, err
+		}
+		e.OOMKills, _ = keyed(s, "oom_kill")
+	}
+	if d, ok := g.plan.dir(Pids); ok {
+		s, _, err := readStat(d.Path, "pids.events")
+		if err != nil {
+			return Events{}, err
+		}
+		e.PidsMaxHits, _ = keyed(s, "max")
+	}
+	return e, nil
+}

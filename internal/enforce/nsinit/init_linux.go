@@ -1,0 +1,217 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
+	"github.com/airlock-sandbox/airlock/internal/enforce/netns"
+	"github.com/airlock-sandbox/airlock/internal/plan"
+)
+
+// stageError is a failure before the command started: exit 125.
+type stageError struct {
+	stage string
+	err   error
+}
+
+func (e *stageError) Error() string { return e.stage + ": " + e.err.Error() }
+
+func fail(stage string, err error) error { return &stageError{stage: stage, err: err} }
+
+// Main runs the init and exits the process; it never returns.
+//
+// Preconditions:
+//   - the process was started by the sandbox supervisor with argv[0] == Arg0,
+//     in new namespaces, with PlanFD and ControlFD open
+func Main() {
+	// Every credential, Landlock domain and thread-level restriction below
+	// must land on the thread that forks the command.
+	runtime.LockOSThread()
+	os.Exit(run())
+}
+
+func run() int {
+	// Nothing the supervisor leaked may reach the command.
+	for _, fd := range []int{PlanFD, ControlFD} {
+		unix.CloseOnExec(fd)
+	}
+	_ = unix.CloseRange(ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) // best effort: Go opens everything O_CLOEXEC anyway
+
+	code, err := setupAndRun()
+	if err != nil {
+		var se *stageError
+		stage := "init"
+		if errors.As(err, &se) {
+			stage = se.stage
+		}
+		_ = Send(ControlFD, Message{Type: "error", Stage: stage, Error: err.Error()}) // the supervisor also sees exit 125
+		return 125
+	}
+	return code
+}
+
+func readPlan() (*plan.Plan, error) {
+	f := os.NewFile(PlanFD, "plan")
+	defer f.Close()
+	var pl plan.Plan
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pl); err != nil {
+		return nil, err
+	}
+	return &pl, nil
+}
+
+func setupAndRun() (int, error) {
+	pl, err := readPlan()
+	if err != nil {
+		return 0, fail("read plan", err)
+	}
+	msg, idmapFDs, err := Recv(ControlFD)
+	if err != nil || msg.Type != "go" {
+		return 0, fail("wait for supervisor", fmt.Errorf("expected go message: %v %v", msg.Type, err))
+	}
+	if err := setupNetwork(pl); err != nil {
+		return 0, fail("network", err)
+	}
+	if err := setupMounts(pl, idmapFDs); err != nil {
+		return 0, fail("mounts", err)
+	}
+	if err := unix.Sethostname([]byte(pl.Hostname)); err != nil {
+		return 0, fail("hostname", err)
+	}
+	abi, err := restrict(pl)
+	if err != nil {
+		return 0, err
+	}
+	if err := Send(ControlFD, Message{Type: "ready", Landlock: abi}); err != nil {
+		return 0, fail("report ready", err)
+	}
+	return startAndReap(pl)
+}
+
+func setupNetwork(pl *plan.Plan) error {
+	if err := netns.LoopbackUp(); err != nil {
+		return err
+	}
+	if !pl.Proxy {
+		return nil
+	}
+	httpFD, err := netns.Listen(plan.HTTPProxyPort)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(httpFD)
+	socksFD, err := netns.Listen(plan.SOCKSProxyPort)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(socksFD)
+	return Send(ControlFD, Message{Type: "listeners"}, httpFD, socksFD)
+}
+
+func setupMounts(pl *plan.Plan, idmapFDs []int) error {
+	// Clone every source before the root tmpfs covers /tmp: grants may live
+	// there on the host.
+	trees := make([]int, len(pl.Mounts))
+	for i := range trees {
+		trees[i] = -1
+	}
+	defer func() {
+		for _, fd := range trees {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}()
+	next := 0
+	for i, m := range pl.Mounts {
+		if m.Kind != plan.KindBind {
+			continue
+		}
+		if m.IDMap && next < len(idmapFDs) {
+			trees[i] = idmapFDs[next]
+			next++
+			continue
+		}
+		fd, err := mount.Clone(m, -1)
+		if err != nil {
+			if m.Optional {
+				continue
+			}
+			return err
+		}
+		trees[i] = fd
+	}
+	if next != len(idmapFDs) {
+		return fmt.Errorf("airlock bug: %d idmapped mounts received, %d used", len(idmapFDs), next)
+	}
+	b := &mount.Builder{Root: "/tmp"}
+	if err := b.MountRoot(); err != nil {
+		return err
+	}
+	for i, m := range pl.Mounts {
+		if m.Kind == plan.KindBind && trees[i] < 0 {
+			continue // an optional source that is absent
+		}
+		if err := b.Place(m, trees[i]); err != nil {
+			return err
+		}
+	}
+	return b.Finish()
+}
+
+func startAndReap(pl *plan.Plan) (int, error) {
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
+	pid, err := syscall.ForkExec(pl.Argv[0], pl.Argv, &syscall.ProcAttr{
+		Dir:   pl.Cwd,
+		Env:   pl.Env,
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		code := 126
+		if errors.Is(err, unix.ENOENT) {
+			code = 127
+		}
+		_ = Send(ControlFD, Message{Type: "exit", Code: code, Error: fmt.Sprintf("exec %s: %v", pl.Argv[0], err)}) // the exit status carries the same code
+		return code, nil
+	}
+	_ = Send(ControlFD, Message{Type: "started", Pid: pid}) // informational
+	go func() {
+		for s := range sigs {
+			_ = unix.Kill(-pid, s.(unix.Signal)) // the process group may already be gone
+		}
+	}()
+	for {
+		var ws unix.WaitStatus
+		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 0, fail("wait", err)
+		}
+		if wpid != pid {
+			continue // an orphan reparented to us
+		}
+		m := Message{Type: "exit"}
+		code := ws.ExitStatus()
+		if ws.Signaled() {
+			m.Signal = int(ws.Signal())
+			code = 128 + m.Signal
+		}
+		m.Code = code
+		_ = Send(ControlFD, m) // the exit status carries the same code
+		return code, nil
+	}
+}

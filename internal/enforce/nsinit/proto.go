@@ -1,0 +1,87 @@
+// Package nsinit is the sandbox's init: the re-executed child that runs as
+// pid 1 in the new user, mount, pid, net, ipc, uts and cgroup namespaces.
+// It applies the plan in order — network, mounts, pivot_root, Landlock,
+// capabilities, no_new_privs, seccomp — and only then starts the command,
+// reaps every process and reports the exit. Every irreversible restriction
+// happens here, never in the supervisor. If any step fails, the command is
+// never started (fail closed).
+//
+// It is the only enforce package that imports its siblings; it never
+// imports net/http, egress, server or mcp.
+package nsinit
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+)
+
+// Arg0 is argv[0] of the re-executed init; sandbox.Init recognizes it.
+const Arg0 = "airlock-nsinit"
+
+// File descriptors the supervisor passes to the init.
+const (
+	PlanFD    = 3 // pipe: the JSON plan, then EOF
+	ControlFD = 4 // SOCK_SEQPACKET socket: Messages both ways
+)
+
+// Message is one control message; fds travel beside it (SCM_RIGHTS).
+type Message struct {
+	Type     string `json:"type"` // go, listeners, ready, started, exit, error
+	Pid      int    `json:"pid,omitempty"`
+	Code     int    `json:"code,omitempty"`
+	Signal   int    `json:"signal,omitempty"`
+	Stage    string `json:"stage,omitempty"`
+	Error    string `json:"error,omitempty"`
+	IDMaps   int    `json:"idmaps,omitempty"`   // go: number of idmapped grant fds attached
+	Landlock int    `json:"landlock,omitempty"` // ready: the Landlock ABI enforced, 0 = none
+}
+
+// Send writes m with fds attached.
+func Send(sock int, m Message, fds ...int) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	return unix.Sendmsg(sock, b, oob, nil, 0)
+}
+
+// Recv reads one message and the fds attached to it.
+func Recv(sock int) (Message, []int, error) {
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(64*4))
+	n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return Message{}, nil, err
+	}
+	if n == 0 {
+		return Message{}, nil, fmt.Errorf("control socket closed")
+	}
+	var fds []int
+	if oobn > 0 {
+		scms, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return Message{}, nil, err
+		}
+		for _, s := range scms {
+			f, err := unix.ParseUnixRights(&s)
+			if err != nil {
+				return Message{}, nil, err
+			}
+			fds = append(fds, f...)
+		}
+	}
+	var m Message
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		return Message{}, nil, fmt.Errorf("control message: %w", err)
+	}
+	return m, fds, nil
+}

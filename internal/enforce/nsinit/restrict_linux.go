@@ -1,0 +1,154 @@
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
+	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/internal/plan"
+)
+
+// restrict applies, in order: Landlock, rlimits, capabilities, no_new_privs
+// and seccomp. It returns the Landlock ABI enforced (0 = none, only when
+// the plan accepts the downgrade).
+//
+// Preconditions:
+//   - runs on the locked OS thread that will fork the command
+//   - pivot_root is done: rule paths are the sandbox's
+func restrict(pl *plan.Plan) (int, error) {
+	abi, err := applyLandlock(pl)
+	if err != nil {
+		return 0, fail("landlock", err)
+	}
+	if err := applyRlimits(pl.Rlimits); err != nil {
+		return 0, fail("rlimits", err)
+	}
+	if err := dropCapabilities(); err != nil {
+		return 0, fail("capabilities", err)
+	}
+	// Not dumpable: the command cannot read this init's memory or fds via /proc.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 0, fail("dumpable", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return 0, fail("no_new_privs", err)
+	}
+	if err := installSeccomp(); err != nil {
+		return 0, fail("seccomp", err)
+	}
+	return abi, nil
+}
+
+func applyLandlock(pl *plan.Plan) (int, error) {
+	cfg := landlock.Config{
+		ConnectTCP:        pl.ConnectPorts,
+		ScopeSignals:      true,
+		ScopeAbstractUnix: true,
+		LogNewExec:        true,
+		SelfTestPath:      "/",
+		// The command is forked from this locked thread, so it inherits the
+		// thread's domain; AllThreadsSyscall is unavailable in -race builds.
+		ThreadOnly: true,
+	}
+	seen := map[string]int{}
+	for _, r := range pl.Rules {
+		if _, err := os.Stat(r.Path); err != nil {
+			continue // nothing to grant on a path the root does not have
+		}
+		a := landlock.Access(0)
+		if r.Access&plan.Read != 0 {
+			a |= landlock.Read
+		}
+		if r.Access&plan.Write != 0 {
+			a |= landlock.Write
+		}
+		if r.Access&plan.Execute != 0 {
+			a |= landlock.Execute
+		}
+		if i, ok := seen[r.Path]; ok {
+			cfg.Paths[i].Access |= a
+			continue
+		}
+		seen[r.Path] = len(cfg.Paths)
+		cfg.Paths = append(cfg.Paths, landlock.PathRule{Path: r.Path, Access: a})
+	}
+	st, err := landlock.Restrict(cfg)
+	if err != nil {
+		if !pl.RequireLandlock && errors.Is(err, errors.ErrUnsupported) {
+			return 0, nil // the policy accepted the downgrade; the report says so
+		}
+		return 0, err
+	}
+	return st.ABI, nil
+}
+
+var rlimitNames = map[string]int{
+	"core":   unix.RLIMIT_CORE,
+	"nofile": unix.RLIMIT_NOFILE,
+	"fsize":  unix.RLIMIT_FSIZE,
+	"cpu":    unix.RLIMIT_CPU,
+	"nproc":  unix.RLIMIT_NPROC,
+	"as":     unix.RLIMIT_AS,
+}
+
+func applyRlimits(rs []plan.Rlimit) error {
+	for _, r := range rs {
+		res, ok := rlimitNames[r.Resource]
+		if !ok {
+			return fmt.Errorf("airlock bug: unknown rlimit %q", r.Resource)
+		}
+		lim := unix.Rlimit{Cur: r.Value, Max: r.Value}
+		if res == unix.RLIMIT_CPU {
+			lim.Max = r.Value + 1 // SIGXCPU at the soft limit, SIGKILL a second later
+		}
+		var old unix.Rlimit
+		if err := unix.Getrlimit(res, &old); err == nil && old.Max < lim.Max {
+			// Hard limits can be lowered, never raised (no CAP_SYS_RESOURCE).
+			lim.Max = old.Max
+			lim.Cur = min(lim.Cur, old.Max)
+		}
+		if err := unix.Setrlimit(res, &lim); err != nil {
+			return fmt.Errorf("setrlimit %s=%d: %w", r.Resource, r.Value, err)
+		}
+	}
+	return nil
+}
+
+// dropCapabilities empties every capability set of the calling thread and
+// locks the securebits so execve cannot grant any back (capabilities(7)).
+func dropCapabilities() error {
+	last := 40
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	// SECBIT_NOROOT|_LOCKED, SECBIT_NO_SETUID_FIXUP|_LOCKED, SECBIT_KEEP_CAPS_LOCKED,
+	// SECBIT_NO_CAP_AMBIENT_RAISE|_LOCKED (linux/securebits.h).
+	const bits = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, bits, 0, 0, 0); err != nil {
+		return fmt.Errorf("lock securebits: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+var _ = seccomp.Insn{}

@@ -1,0 +1,3 @@
+package nsinit
+
+func installSeccomp() error { return nil } // TEMP

@@ -1,0 +1,320 @@
+// Package plan compiles a validated policy plus a run request into an
+// ordered, printable list of enforcement steps: the sandbox's root
+// filesystem (system base, grants, scratch), the Landlock rights, the
+// egress ports, the environment and the budget. `airlock explain` prints it
+// and nsinit executes it, so what an operator reads is what the kernel gets.
+//
+// It imports only policy/... and the standard library: facts about the host
+// filesystem (symlinks, where a tool lives) come in through the Host
+// interface, so Compile is pure and testable. It stops policy drift between
+// layers: every layer reads the same Plan.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/pathspec"
+)
+
+// Kind says what a Mount step creates.
+type Kind string
+
+// Mount kinds, in the order nsinit usually meets them.
+const (
+	KindBind    Kind = "bind"    // bind Source (a host path) at Target
+	KindTmpfs   Kind = "tmpfs"   // a size-capped tmpfs at Target
+	KindProc    Kind = "proc"    // a fresh procfs for the sandbox's pid namespace
+	KindFile    Kind = "file"    // a file written with Data
+	KindSymlink Kind = "symlink" // a symlink Target -> Source
+	KindDir     Kind = "dir"     // an empty directory
+)
+
+// Origin says why a step exists, for explain and audit.
+type Origin string
+
+// Origins.
+const (
+	OriginBase    Origin = "system base"
+	OriginFSRead  Origin = "fs_read"
+	OriginFSWrite Origin = "fs_write"
+	OriginTool    Origin = "allowed_tools"
+	OriginCommand Origin = "command"
+	OriginSandbox Origin = "sandbox"
+)
+
+// Mount is one step of building the root filesystem.
+type Mount struct {
+	Kind     Kind   `json:"kind"`
+	Source   string `json:"source,omitempty"` // host path for binds, link text for symlinks
+	Target   string `json:"target"`           // path inside the sandbox
+	Writable bool   `json:"writable,omitempty"`
+	Exec     bool   `json:"exec,omitempty"`  // false = noexec
+	Size     int64  `json:"size,omitempty"`  // tmpfs size in bytes
+	Data     string `json:"data,omitempty"`  // content of a KindFile
+	IDMap    bool   `json:"idmap,omitempty"` // a grant: files keep the caller's ownership on disk
+	Origin   Origin `json:"origin"`
+	Optional bool   `json:"optional,omitempty"` // base entries that may be absent on this host
+}
+
+// Access bits for Landlock rules.
+type Access uint8
+
+// Landlock rights per path.
+const (
+	Read Access = 1 << iota
+	Write
+	Execute
+)
+
+func (a Access) String() string {
+	var s []string
+	if a&Read != 0 {
+		s = append(s, "read")
+	}
+	if a&Write != 0 {
+		s = append(s, "write")
+	}
+	if a&Execute != 0 {
+		s = append(s, "execute")
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, "+")
+}
+
+// Rule is one Landlock path rule, as the sandbox sees the path.
+type Rule struct {
+	Path   string `json:"path"`
+	Access Access `json:"access"`
+	Origin Origin `json:"origin"`
+}
+
+// Ports of the egress proxy inside the sandbox's network namespace.
+const (
+	HTTPProxyPort  = 3128
+	SOCKSProxyPort = 1080
+)
+
+// Plan is everything nsinit needs, in order. It is plain data (JSON).
+type Plan struct {
+	Argv     []string `json:"argv"` // argv[0] is the absolute path inside the sandbox
+	Env      []string `json:"env"`
+	Cwd      string   `json:"cwd"`
+	Hostname string   `json:"hostname"`
+	Mounts   []Mount  `json:"mounts"`
+	Rules    []Rule   `json:"landlock_rules"`
+	// ConnectPorts are the only TCP ports connect() may reach (Landlock).
+	ConnectPorts []uint16 `json:"connect_ports"`
+	// Proxy says whether egress listeners are created (net_hosts not empty).
+	Proxy bool `json:"proxy"`
+	// RequireLandlock is false only when the policy accepts the downgrade.
+	RequireLandlock bool `json:"require_landlock"`
+	// Rlimits applied before execve.
+	Rlimits []Rlimit `json:"rlimits"`
+	// Tools are the executables visible in the sandbox (inside paths).
+	Tools []string `json:"tools"`
+}
+
+// Rlimit is one resource limit; Resource is the name from getrlimit(2).
+type Rlimit struct {
+	Resource string `json:"resource"`
+	Value    uint64 `json:"value"`
+	Why      string `json:"why"`
+}
+
+// Host answers the questions Compile must ask about the host filesystem.
+// The sandbox package implements it with lstat and readlink.
+type Host interface {
+	// Lstat reports whether path exists, whether it is a directory, and the
+	// link text when it is a symlink.
+	Lstat(path string) (exists, dir bool, link string, err error)
+	// LookTool finds an executable: name is a bare tool name (searched on
+	// SandboxPath) or an absolute path. It returns where it appears in the
+	// sandbox (symlinked directories resolved) and the real host file to bind.
+	LookTool(name string) (inside, real string, err error)
+	// Loader returns the dynamic loaders (real host paths) that ELF tools need.
+	Loader() []string
+	// Env returns the caller's value of an environment variable.
+	Env(name string) (string, bool)
+}
+
+// SandboxPath is PATH inside the sandbox, and where bare tool names are
+// looked up on the host.
+const SandboxPath = "/usr/local/bin:/usr/bin:/bin"
+
+// Request is one run: the command and what the caller of airlock run adds.
+type Request struct {
+	Argv []string // the command; Argv[0] is a bare name or an absolute path
+	Cwd  string   // working directory inside the sandbox; "" = first fs_write grant, else /tmp
+	// CommandIsGranted makes the command executable even when it is not in
+	// allowed_tools (the CLI: the operator named it). Sessions leave it false.
+	CommandIsGranted bool
+}
+
+// ErrBadRequest wraps problems with the request (not the policy).
+var ErrBadRequest = errors.New("plan: bad request")
+
+// Compile turns a policy and a request into a plan. It fails when a tool
+// cannot be found or the working directory is outside the grants.
+func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return nil, fmt.Errorf("%w: no command given: put it after --", ErrBadRequest)
+	}
+	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock)}
+	lim := p.Budget()
+
+	base, err := systemBase(h)
+	if err != nil {
+		return nil, err
+	}
+	pl.Mounts = append(pl.Mounts, base...)
+	pl.Mounts = append(pl.Mounts,
+		Mount{Kind: KindProc, Target: "/proc", Origin: OriginSandbox},
+		Mount{Kind: KindTmpfs, Target: "/tmp", Writable: true, Size: lim.Scratch, Origin: OriginSandbox},
+	)
+	pl.Mounts = append(pl.Mounts, synthesized()...)
+
+	// Tools: the command first, then allowed_tools.
+	names := p.AllowedTools()
+	seen := map[string]bool{}
+	var toolMounts []Mount
+	addTool := func(name string, origin Origin) (string, error) {
+		inside, real, err := h.LookTool(name)
+		if err != nil {
+			return "", err
+		}
+		if !seen[inside] {
+			seen[inside] = true
+			pl.Tools = append(pl.Tools, inside)
+			toolMounts = append(toolMounts, Mount{Kind: KindBind, Source: real, Target: inside, Exec: true, Origin: origin})
+			pl.Rules = append(pl.Rules, Rule{Path: inside, Access: Read | Execute, Origin: origin})
+		}
+		return inside, nil
+	}
+	cmdAllowed := req.CommandIsGranted || p.AllowsTool(req.Argv[0])
+	if !cmdAllowed {
+		return nil, &policy.DenyError{Cap: policy.AllowedTools, Op: "exec", Subject: req.Argv[0], Reason: req.Argv[0] + " is not in allowed_tools"}
+	}
+	origin := OriginTool
+	if req.CommandIsGranted && !p.AllowsTool(req.Argv[0]) {
+		origin = OriginCommand
+	}
+	cmdPath, err := addTool(req.Argv[0], origin)
+	if err != nil {
+		return nil, fmt.Errorf("command %q: %w", req.Argv[0], err)
+	}
+	for _, n := range names {
+		if _, err := addTool(n, OriginTool); err != nil {
+			return nil, fmt.Errorf("allowed_tools %q: %w", n, err)
+		}
+	}
+	for _, ld := range h.Loader() {
+		pl.Rules = append(pl.Rules, Rule{Path: ld, Access: Read | Execute, Origin: OriginBase})
+	}
+
+	// Grants: parents before children so nested grants stack correctly.
+	var grants []Mount
+	for _, r := range p.FSRead() {
+		grants = append(grants, Mount{Kind: KindBind, Source: r, Target: r, IDMap: true, Origin: OriginFSRead})
+		pl.Rules = append(pl.Rules, Rule{Path: r, Access: Read, Origin: OriginFSRead})
+	}
+	for _, w := range p.FSWrite() {
+		grants = append(grants, Mount{Kind: KindBind, Source: w, Target: w, Writable: true, IDMap: true, Origin: OriginFSWrite})
+		pl.Rules = append(pl.Rules, Rule{Path: w, Access: Read | Write, Origin: OriginFSWrite})
+	}
+	grants = append(grants, toolMounts...)
+	sort.SliceStable(grants, func(i, j int) bool { return depth(grants[i].Target) < depth(grants[j].Target) })
+	pl.Mounts = append(pl.Mounts, grants...)
+
+	// Landlock rules for the base and sandbox-owned paths.
+	for _, m := range base {
+		if m.Kind == KindBind {
+			pl.Rules = append(pl.Rules, Rule{Path: m.Target, Access: Read, Origin: OriginBase})
+		}
+	}
+	pl.Rules = append(pl.Rules,
+		Rule{Path: "/etc", Access: Read, Origin: OriginSandbox},
+		Rule{Path: "/proc", Access: Read, Origin: OriginSandbox},
+		Rule{Path: "/tmp", Access: Read | Write, Origin: OriginSandbox},
+		Rule{Path: "/dev", Access: Read, Origin: OriginSandbox},
+	)
+	for _, d := range devices {
+		pl.Rules = append(pl.Rules, Rule{Path: d, Access: Read | Write, Origin: OriginSandbox})
+	}
+
+	cwd, err := workdir(p, req.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	pl.Cwd = cwd
+	pl.Argv = append([]string{cmdPath}, req.Argv[1:]...)
+	pl.Env = environment(p, h)
+	if len(p.NetHosts()) > 0 {
+		pl.Proxy = true
+		pl.ConnectPorts = []uint16{HTTPProxyPort, SOCKSProxyPort}
+		pl.Env = append(pl.Env, proxyEnv()...)
+	}
+	pl.Rlimits = []Rlimit{
+		{Resource: "core", Value: 0, Why: "no core dumps of sandboxed memory"},
+		{Resource: "nofile", Value: 1024, Why: "bounded file descriptors"},
+		{Resource: "fsize", Value: uint64(max(lim.Scratch, 1<<30)), Why: "no single file larger than the scratch or 1 GiB"},
+		{Resource: "cpu", Value: uint64((lim.CPU + 999_999_999) / 1_000_000_000), Why: "max_cpu, per process (the cgroup counts the whole tree)"},
+	}
+	return pl, nil
+}
+
+func depth(p string) int { return strings.Count(pathspec.Clean(p), "/") }
+
+func workdir(p *policy.Policy, cwd string) (string, error) {
+	if cwd == "" {
+		if w := p.FSWrite(); len(w) > 0 {
+			return w[0], nil
+		}
+		return "/tmp", nil
+	}
+	c, err := pathspec.Abs("/", cwd)
+	if err != nil {
+		return "", fmt.Errorf("%w: --cwd %q: %v", ErrBadRequest, cwd, err)
+	}
+	if c == "/tmp" || pathspec.Within("/tmp", c) || p.CanRead(c) {
+		return c, nil
+	}
+	return "", fmt.Errorf("%w: --cwd %q is outside fs_read, fs_write and /tmp: grant it or pick a directory inside a grant", ErrBadRequest, cwd)
+}
+
+func environment(p *policy.Policy, h Host) []string {
+	env := []string{"PATH=" + SandboxPath, "HOME=/tmp", "LANG=C.UTF-8", "TMPDIR=/tmp", "USER=sandbox"}
+	set := func(k, v string) {
+		for i, e := range env {
+			if strings.HasPrefix(e, k+"=") {
+				env[i] = k + "=" + v
+				return
+			}
+		}
+		env = append(env, k+"="+v)
+	}
+	for _, e := range p.Env() {
+		if e.HasValue {
+			set(e.Name, e.Value)
+		} else if v, ok := h.Env(e.Name); ok {
+			set(e.Name, v)
+		}
+	}
+	return env
+}
+
+func proxyEnv() []string {
+	httpURL := fmt.Sprintf("http://127.0.0.1:%d", HTTPProxyPort)
+	socksURL := fmt.Sprintf("socks5h://127.0.0.1:%d", SOCKSProxyPort)
+	return []string{
+		"HTTP_PROXY=" + httpURL, "http_proxy=" + httpURL,
+		"HTTPS_PROXY=" + httpURL, "https_proxy=" + httpURL,
+		"ALL_PROXY=" + socksURL, "all_proxy=" + socksURL,
+		"NO_PROXY=", "no_proxy=",
+	}
+}

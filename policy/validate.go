@@ -1,0 +1,390 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/hostspec"
+	"github.com/airlock-sandbox/airlock/policy/pathspec"
+)
+
+// Parse, New and With all build a draft and hand it to validate, so a grant
+// is checked by the same code whether it came from a file, a Spec or a flag.
+
+// item is one grant as written, with where it came from.
+type item struct {
+	val       string
+	line, col int    // position in the policy file; 0 when not from a file
+	label     string // how errors name it: `fs_read entry`, `fs_read` or `--fs-read`
+}
+
+// limitItem is one budget as written.
+type limitItem struct {
+	key       budget.Limit
+	val       int64
+	line, col int
+	label     string // `max_wall` or `--max-wall`
+}
+
+// draft is what a file, a Spec or flags asked for, not yet validated.
+type draft struct {
+	file       string // names the source in ParseErrors
+	baseDir    string // absolute folder relative paths resolve against; "" refuses them
+	fsRead     []item
+	fsWrite    []item
+	netHosts   []item
+	tools      []item
+	env        []item
+	downgrades []item
+	limits     []limitItem
+}
+
+// limitSet records which budgets were set explicitly, one bit per budgetKeys index.
+type limitSet uint8
+
+func (s limitSet) has(k budget.Limit) bool { return s&limitBit(k) != 0 }
+
+func limitBit(k budget.Limit) limitSet {
+	return limitSet(1) << slices.Index(budgetKeys, k)
+}
+
+// maxEntryLen bounds every string grant; PATH_MAX on Linux is 4096.
+const maxEntryLen = 4096
+
+// maxErrors bounds how many problems one call reports.
+const maxErrors = 100
+
+// validate checks every entry of d and returns the policy made of base's
+// grants (nil base: none, default budget) plus d's, or every problem found.
+// When base is non-nil, d may lower but never raise a budget base set
+// explicitly.
+func validate(d draft, base *Policy) (*Policy, []*ParseError) {
+	v := &validator{d: d}
+	p := &Policy{limits: budget.Limits{}.WithDefaults()}
+	if base != nil {
+		p = base.clone()
+	}
+	if d.baseDir != "" && (!strings.HasPrefix(d.baseDir, "/") || strings.IndexByte(d.baseDir, 0) >= 0) {
+		v.errorf(0, 0, "base folder %q is not an absolute path: pass the absolute folder of the policy file", d.baseDir)
+		d.baseDir = ""
+	}
+	for _, it := range d.fsRead {
+		if c, ok := v.path(it); ok {
+			p.fsRead = append(p.fsRead, c)
+		}
+	}
+	for _, it := range d.fsWrite {
+		if c, ok := v.path(it); ok {
+			p.fsWrite = append(p.fsWrite, c)
+		}
+	}
+	for _, it := range d.netHosts {
+		if !v.str(it) {
+			continue
+		}
+		pat, err := hostspec.Parse(it.val)
+		if err != nil {
+			v.itemf(it, "%v", err)
+			continue
+		}
+		p.netHosts = append(p.netHosts, pat)
+	}
+	for _, it := range d.tools {
+		if c, ok := v.tool(it); ok {
+			p.tools = append(p.tools, c)
+		}
+	}
+	p.env = v.envs(p.env, d.env)
+	for _, it := range d.downgrades {
+		if !v.str(it) {
+			continue
+		}
+		dg := Downgrade(it.val)
+		if !slices.Contains(downgradeNames, dg) {
+			v.itemf(it, "is not a known downgrade%s: use one of %s", suggest(it.val, downgradeStrings()), strings.Join(downgradeStrings(), ", "))
+			continue
+		}
+		p.downgrades = append(p.downgrades, dg)
+	}
+	v.limits(p, base)
+	if len(v.errs) > 0 {
+		return nil, v.sorted()
+	}
+	p.canonicalize()
+	return p, nil
+}
+
+// validator collects the problems of one draft.
+type validator struct {
+	d    draft
+	errs []*ParseError
+}
+
+func (v *validator) errorf(line, col int, format string, args ...any) {
+	v.errs = append(v.errs, &ParseError{File: v.d.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...)})
+}
+
+// itemf reports a problem with one entry, naming it as `label "value": problem`.
+func (v *validator) itemf(it item, format string, args ...any) {
+	v.errorf(it.line, it.col, "%s %s: %s", it.label, strconv.Quote(it.val), fmt.Sprintf(format, args...))
+}
+
+// sorted returns the problems ordered by position, at most maxErrors of them.
+func (v *validator) sorted() []*ParseError {
+	slices.SortStableFunc(v.errs, func(a, b *ParseError) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Col, b.Col))
+	})
+	if len(v.errs) > maxErrors {
+		last := v.errs[maxErrors-1]
+		v.errs = append(v.errs[:maxErrors-1], &ParseError{File: last.File, Line: last.Line, Col: last.Col,
+			Msg: fmt.Sprintf("%d more problems not shown: fix the ones above first", len(v.errs)-maxErrors+1)})
+	}
+	return v.errs
+}
+
+// str reports whether it.val is usable text, reporting the problem if not.
+func (v *validator) str(it item) bool {
+	if msg := textProblem(it.val); msg != "" {
+		v.itemf(it, "%s", msg)
+		return false
+	}
+	return true
+}
+
+// textProblem returns what makes s unusable as a grant, or "".
+func textProblem(s string) string {
+	if s == "" {
+		return "is empty: write a value or remove the entry"
+	}
+	if len(s) > maxEntryLen {
+		return fmt.Sprintf("is longer than %d bytes: shorten it", maxEntryLen)
+	}
+	if !utf8.ValidString(s) {
+		return "is not valid UTF-8: rewrite it as UTF-8 text"
+	}
+	for _, r := range s {
+		if msg := runeProblem(r); msg != "" {
+			return "contains " + msg + ": remove it"
+		}
+	}
+	return ""
+}
+
+// runeProblem names r when it has no business in a policy: NUL, control
+// characters, and invisible formatting or line-separator characters that
+// could make an entry look different from what it is.
+func runeProblem(r rune) string {
+	switch {
+	case r == 0:
+		return "a NUL byte"
+	case unicode.Is(unicode.Cc, r):
+		return fmt.Sprintf("control character %U", r)
+	case unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp):
+		return fmt.Sprintf("invisible formatting character %U", r)
+	}
+	return ""
+}
+
+// path canonicalizes one fs_read or fs_write entry.
+func (v *validator) path(it item) (string, bool) {
+	if !v.str(it) {
+		return "", false
+	}
+	if strings.HasPrefix(it.val, "~") {
+		v.itemf(it, "~ is not expanded: write the absolute path")
+		return "", false
+	}
+	if !strings.HasPrefix(it.val, "/") && v.d.baseDir == "" {
+		v.itemf(it, "relative path with no base folder: use an absolute path")
+		return "", false
+	}
+	c, err := pathspec.Abs(v.d.baseDir, it.val)
+	if err != nil {
+		v.itemf(it, "%v", err)
+		return "", false
+	}
+	if msg := hostPathProblem(c); msg != "" {
+		v.itemf(it, "%s", msg)
+		return "", false
+	}
+	return c, true
+}
+
+// hostPathProblem returns why canonical path c may never be granted, or "".
+func hostPathProblem(c string) string {
+	if c == "/" {
+		return "/ would grant the whole host (/root, the docker socket, ...): grant specific folders"
+	}
+	if pathspec.Within("/proc", c) || pathspec.Within("/sys", c) {
+		return "the sandbox mounts its own /proc; /sys is never granted: remove it"
+	}
+	return ""
+}
+
+// tool validates one allowed_tools entry: a bare name or an absolute path.
+func (v *validator) tool(it item) (string, bool) {
+	if !v.str(it) {
+		return "", false
+	}
+	s := it.val
+	if strings.HasPrefix(s, "/") {
+		c := pathspec.Clean(s)
+		if c == "/" {
+			v.itemf(it, "/ is a folder, not a tool: write the path of an executable")
+			return "", false
+		}
+		if msg := hostPathProblem(c); msg != "" {
+			v.itemf(it, "%s", msg)
+			return "", false
+		}
+		return c, true
+	}
+	if strings.HasPrefix(s, "~") {
+		v.itemf(it, "~ is not expanded: write the absolute path")
+		return "", false
+	}
+	if s == "." || s == ".." || !toolName(s) {
+		v.itemf(it, "is neither a tool name (letters, digits, . _ + -) nor an absolute path: write a name like python3 or a path like /usr/bin/python3")
+		return "", false
+	}
+	return s, true
+}
+
+// toolName reports whether s matches [A-Za-z0-9._+-]+.
+func toolName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(isAlnum(c) || c == '.' || c == '_' || c == '+' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// envName reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
+func envName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || isAlnum(c)) || i == 0 && c >= '0' && c <= '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// proxyVars are set by airlock to route traffic through its egress proxy.
+var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"}
+
+// envs validates env entries and appends them to have, refusing a name
+// that is already present.
+func (v *validator) envs(have []EnvVar, items []item) []EnvVar {
+	seen := make(map[string]item, len(have)+len(items))
+	for _, e := range have {
+		seen[e.Name] = item{}
+	}
+	for _, it := range items {
+		if !v.str(it) {
+			continue
+		}
+		name, val, hasVal := strings.Cut(it.val, "=")
+		if !envName(name) {
+			v.itemf(it, "%q is not a variable name: write NAME or NAME=value, NAME made of letters, digits and _ and not starting with a digit", name)
+			continue
+		}
+		if slices.ContainsFunc(proxyVars, func(p string) bool { return strings.EqualFold(p, name) }) {
+			v.itemf(it, "airlock sets %s itself to route traffic through its egress proxy: remove it", name)
+			continue
+		}
+		if prev, dup := seen[name]; dup {
+			where := "already granted"
+			if prev.line > 0 {
+				where = fmt.Sprintf("already listed at %d:%d", prev.line, prev.col)
+			} else if prev.label != "" {
+				where = "listed twice"
+			}
+			v.itemf(it, "%s is %s: keep one", name, where)
+			continue
+		}
+		seen[name] = it
+		have = append(have, EnvVar{Name: name, Value: val, HasValue: hasVal})
+	}
+	return have
+}
+
+// limits checks and applies the budget items. Against a base policy, a
+// budget base set explicitly may only be lowered.
+func (v *validator) limits(p *Policy, base *Policy) {
+	for _, li := range v.d.limits {
+		shown := formatLimit(li.key, li.val)
+		if msg := checkLimit(li.key, li.val); msg != "" {
+			v.errorf(li.line, li.col, "%s %s %s", li.label, shown, msg)
+			continue
+		}
+		if base != nil && base.explicit.has(li.key) {
+			if old := limitValue(base.limits, li.key); li.val > old {
+				v.errorf(li.line, li.col, "%s %s would loosen the policy file's %s %s: edit the policy file instead",
+					li.label, shown, li.key, formatLimit(li.key, old))
+				continue
+			}
+		}
+		p.limits = setLimit(p.limits, li.key, li.val)
+		p.explicit |= limitBit(li.key)
+	}
+}
+
+// downgradeNames lists the Downgrade values a policy may name.
+var downgradeNames = []Downgrade{DowngradeLandlock, DowngradeMemory, DowngradeCPU, DowngradePids, DowngradeFSAudit}
+
+func downgradeStrings() []string {
+	s := make([]string, len(downgradeNames))
+	for i, d := range downgradeNames {
+		s[i] = string(d)
+	}
+	return s
+}
+
+// clone returns a deep copy of p.
+func (p *Policy) clone() *Policy {
+	c := *p
+	c.fsRead = slices.Clone(p.fsRead)
+	c.fsWrite = slices.Clone(p.fsWrite)
+	c.netHosts = slices.Clone(p.netHosts)
+	c.tools = slices.Clone(p.tools)
+	c.env = slices.Clone(p.env)
+	c.downgrades = slices.Clone(p.downgrades)
+	return &c
+}
+
+// canonicalize sorts every grant and drops duplicates, so two policies that
+// grant the same things hold the same values.
+func (p *Policy) canonicalize() {
+	p.fsRead = sortedUnique(p.fsRead)
+	p.fsWrite = sortedUnique(p.fsWrite)
+	p.tools = sortedUnique(p.tools)
+	p.downgrades = sortedUnique(p.downgrades)
+	slices.SortFunc(p.netHosts, func(a, b hostspec.Pattern) int { return strings.Compare(a.String(), b.String()) })
+	p.netHosts = slices.CompactFunc(p.netHosts, func(a, b hostspec.Pattern) bool { return a.String() == b.String() })
+	slices.SortFunc(p.env, func(a, b EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	if len(p.netHosts) == 0 {
+		p.netHosts = nil
+	}
+}
+
+func sortedUnique[T cmp.Ordered](s []T) []T {
+	slices.Sort(s)
+	s = slices.Compact(s)
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}

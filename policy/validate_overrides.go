@@ -1,0 +1,53 @@
+package policy
+
+import (
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// Overrides are grants and budgets from command-line flags. They add to a
+// policy file's grants and may tighten, never loosen, its budgets. The zero
+// Overrides changes nothing.
+type Overrides struct {
+	FSRead         []string      // --fs-read: absolute, or relative to With's baseDir
+	FSWrite        []string      // --fs-write: absolute, or relative to With's baseDir
+	NetHosts       []string      // --net-host: hostspec patterns
+	AllowedTools   []string      // --tool: bare names or absolute paths
+	Env            []string      // --env: "NAME" or "NAME=value"
+	AllowDowngrade []string      // --allow-downgrade: Downgrade values
+	Budget         budget.Limits // --max-*: zero fields leave the policy's budget as it is
+}
+
+// flagNames are the CLI flags that set each budget.
+var flagNames = map[budget.Limit]string{
+	budget.MaxWall:        "--max-wall",
+	budget.MaxOutputBytes: "--max-output",
+	budget.MaxOps:         "--max-ops",
+	budget.MaxMemory:      "--max-memory",
+	budget.MaxCPU:         "--max-cpu",
+	budget.MaxPids:        "--max-pids",
+	budget.MaxScratch:     "--max-scratch",
+}
+
+// With returns a new policy made of p plus the grants in o, validated like
+// a policy file's entries; errors name the flag, like `--fs-read "x": ...`.
+// Relative paths resolve against baseDir (normally the working directory;
+// empty refuses them). A non-zero budget in o may set a budget p left at its
+// default, or lower one p set explicitly; raising an explicit budget is an
+// error, since flags never loosen a policy file. p itself never changes.
+func (p *Policy) With(o Overrides, baseDir string) (*Policy, error) {
+	d := draft{
+		baseDir:    baseDir,
+		fsRead:     specItems(o.FSRead, "--fs-read"),
+		fsWrite:    specItems(o.FSWrite, "--fs-write"),
+		netHosts:   specItems(o.NetHosts, "--net-host"),
+		tools:      specItems(o.AllowedTools, "--tool"),
+		env:        specItems(o.Env, "--env"),
+		downgrades: specItems(o.AllowDowngrade, "--allow-downgrade"),
+		limits:     limitItems(o.Budget, func(k budget.Limit) string { return flagNames[k] }),
+	}
+	np, errs := validate(d, p)
+	if len(errs) > 0 {
+		return nil, join(errs)
+	}
+	return np, nil
+}

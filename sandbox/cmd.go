@@ -1,0 +1,67 @@
+package sandbox
+
+import (
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// Config describes the sandbox a command runs in. The zero Config is not
+// usable: Policy is required.
+type Config struct {
+	// Policy lists what the program may touch. Required.
+	Policy *policy.Policy
+
+	// Audit receives one event per decision (proxy, budget, exit). Nil
+	// discards them; the Report carries the denials either way.
+	Audit audit.Sink
+
+	// Clock drives the budget. Nil means the system clock.
+	Clock budget.Clock
+
+	// Resolver and Dialer are the egress proxy's; nil means the host's
+	// resolver and a plain dialer. Tests inject fakes.
+	Resolver egress.Resolver
+	Dialer   egress.Dialer
+
+	// Logger receives operational messages. Nil discards them.
+	Logger *slog.Logger
+
+	// Executable is the binary re-executed as the sandbox's init; it must
+	// call Init first in main. Empty means /proc/self/exe.
+	Executable string
+
+	// KillGrace is how long the tree gets after SIGTERM at a deadline
+	// before SIGKILL. Zero means 200ms.
+	KillGrace time.Duration
+}
+
+// Cmd is one command to run in a fresh sandbox, like exec.Cmd.
+type Cmd struct {
+	Config
+
+	// Args is the command line; Args[0] is a bare name (looked up on the
+	// sandbox PATH) or an absolute path.
+	Args []string
+
+	// Dir is the working directory inside the sandbox. Empty means the
+	// first fs_write grant, else /tmp.
+	Dir string
+
+	// CommandIsGranted lets Args[0] run even when it is not in
+	// allowed_tools (the CLI: the operator named it on the command line).
+	// False requires it to be an allowed tool.
+	CommandIsGranted bool
+
+	// Stdin is the command's standard input. Nil means /dev/null.
+	Stdin io.Reader
+
+	// Stdout and Stderr, when set, receive the captured output as it is
+	// produced (only the bytes within max_output_bytes).
+	Stdout, Stderr io.Writer
+}

@@ -1,0 +1,59 @@
+package sandbox
+
+import (
+	"github.com/airlock-sandbox/airlock/audit"
+)
+
+// Report is the result of one run: what the agent gets back (DESIGN §4).
+// Its JSON form is the `--json` output, the API's and MCP's result.
+type Report struct {
+	ExitCode        int      `json:"exit_code"`
+	Signal          *int     `json:"signal"`
+	HaltedBy        *string  `json:"halted_by"`
+	DurationMS      int64    `json:"duration_ms"`
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	StdoutTruncated bool     `json:"stdout_truncated"`
+	StderrTruncated bool     `json:"stderr_truncated"`
+	Usage           Usage    `json:"usage"`
+	Denials         []Denial `json:"denials"`
+	// Error explains exit code 125 (airlock refused or failed; nothing ran)
+	// and 126/127; empty otherwise.
+	Error string `json:"error,omitempty"`
+	// Enforcement lists what was actually enforced on this host, and any
+	// downgrade the policy accepted.
+	Enforcement Enforcement `json:"enforcement"`
+}
+
+// Usage is what the run consumed.
+type Usage struct {
+	CPUMS          int64 `json:"cpu_ms"`
+	MaxMemoryBytes int64 `json:"max_memory_bytes"`
+	Ops            int64 `json:"ops"`
+	OutputBytes    int64 `json:"output_bytes"`
+}
+
+// Denial is one refused operation, naming the grant that would allow it.
+type Denial struct {
+	Layer      string `json:"layer"`
+	Op         string `json:"op"`
+	Target     string `json:"target"`
+	Rule       string `json:"rule"`
+	Message    string `json:"message"`
+	Suggestion string `json:"suggestion,omitempty"`
+}
+
+// Enforcement says which layers held during the run.
+type Enforcement struct {
+	Namespaces bool     `json:"namespaces"`
+	Landlock   int      `json:"landlock_abi"` // 0 = not enforced (only with allow_downgrade: landlock)
+	Seccomp    bool     `json:"seccomp"`
+	Cgroup     string   `json:"cgroup,omitempty"` // "v1", "v2", "hybrid", or "" when not used
+	Downgrades []string `json:"downgrades,omitempty"`
+	// FSDenials says whether filesystem denials can be reported on this host.
+	FSDenials string `json:"fs_denials"`
+}
+
+func denialFromEvent(e audit.Event) Denial {
+	return Denial{Layer: e.Layer, Op: e.Op, Target: e.Target, Rule: e.Rule, Message: e.Message, Suggestion: e.Suggestion}
+}
