@@ -23,7 +23,7 @@ import (
 // reaches the upstream unless it matches. A failed dial just closes.
 func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request) {
 	host, portText, err := net.SplitHostPort(req.URL.Host)
-	if err != nil || req.URL.Host == "" || req.URL.Path != "" || req.URL.Scheme != "" {
+	if err != nil || req.URL.User != nil || req.URL.Path != "" || req.URL.Scheme != "" || req.URL.RawQuery != "" {
 		writeError(c, http.StatusBadRequest, "airlock: CONNECT needs an authority such as example.com:443")
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -66,6 +67,7 @@ func newTLSTarget(t testing.TB) (*target, []byte, *x509.CertPool) {
 	tg.ln = &countingListener{Listener: tg.srv.Listener}
 	tg.srv.Listener = tg.ln
 	tg.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	tg.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes the tests cut short
 	tg.srv.StartTLS()
 	tg.port = uint16(tg.ln.Addr().(*net.TCPAddr).Port)
 	t.Cleanup(tg.srv.Close)
@@ -136,6 +138,7 @@ func TestConnectDenied(t *testing.T) {
 		{"not-granted", tg.hostPort("evil.test"), 403, nil, "not in net_hosts"},
 		{"ip-literal-unlisted", tg.hostPort("::1"), 403, nil, "listed exactly"},
 		{"port-not-granted", "allowed.test:1", 403, nil, "not in net_hosts"},
+		{"hex-ipv4", tg.hostPort("0x7f.1"), 403, nil, "0x7f.1"},
 		{"sni-mismatch", okHP, 200, func(c net.Conn) error {
 			return tls.Client(c, &tls.Config{ServerName: "evil.test", RootCAs: pool}).Handshake()
 		}, `"evil.test" does not match`},

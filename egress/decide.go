@@ -77,8 +77,7 @@ func (p *Proxy) decide(ctx context.Context, op, host string, port uint16) (*deci
 	n, err := hostspec.NormalizeHost(host)
 	if err != nil {
 		// Non-canonical IPv4 (0x7f.1, 2130706433), bad IDNA, empty labels.
-		return nil, p.deny(op, joinHostPort(host, port), err.Error(),
-			"write the host as a canonical name or IP address; it is refused as written")
+		return nil, p.deny(op, joinHostPort(host, port), err.Error(), "")
 	}
 	target := joinHostPort(n, port)
 	if err := p.policy.CheckHost(n, port); err != nil {

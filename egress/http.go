@@ -212,7 +212,7 @@ func (p *Proxy) sameHost(urlHost string, port uint16, header string) error {
 		target = joinHostPort(a, port)
 	}
 	return p.deny(opHTTP, target, fmt.Sprintf("Host header %q does not match the request URL host %s", header, target),
-		"send a Host header that names the request URL's host and port")
+		"")
 }
 
 // outbound builds the request sent upstream from the checked decision and

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -43,7 +44,13 @@ func (g *Guard) Fetch(req *http.Request) (*http.Response, error) {
 	g.allow(audit.LayerNet, "fetch", target, policy.NetHosts, "")
 	resp, err := g.transport.RoundTrip(out)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("guard: fetch %s: %w", target, err)
+	}
+	if resp == nil {
+		return nil, errors.New("guard: fetch " + target + ": transport returned neither a response nor an error: fix Config.Transport")
+	}
+	if resp.Body == nil {
+		resp.Body = http.NoBody
 	}
 	resp.Body = &meteredBody{body: resp.Body, g: g, target: target}
 	return resp, nil

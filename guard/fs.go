@@ -24,7 +24,10 @@ type refusal struct {
 func (r *refusal) Error() string { return r.reason }
 
 // Read returns the content of a regular file inside fs_read or fs_write.
-// Symlinks are followed only while they stay beneath the grant root. The
+// Relative symlinks are followed only while they stay beneath a grant root
+// that contains the path; absolute symlinks are always refused, because
+// openat2 RESOLVE_BENEATH cannot tell where they land. Files with more than
+// one hard link, devices, fifos and sockets are refused. The
 // content counts against max_output_bytes; a file larger than what is left
 // halts the meter and returns the *budget.ExhaustedError with no data.
 func (g *Guard) Read(path string) ([]byte, error) {

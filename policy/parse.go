@@ -1,3 +1,16 @@
+// Package policy is airlock's allow-list: fs_read, fs_write, net_hosts,
+// allowed_tools, env, budget and allow_downgrade. Parse reads a policy file
+// (YAML or JSON), New builds one from Go values and (*Policy).With adds
+// command-line flags; all three share one validation, so a grant means the
+// same wherever it came from, and nothing is returned unless all of it is
+// valid. Policies are immutable values that the in-process checks and every
+// kernel layer read, so the layers cannot disagree.
+//
+// It imports only the standard library, go.yaml.in/yaml/v3 and its own
+// subpackages: never os, syscall, net/http or log. It stops over-broad or
+// ambiguous grants ("/", "~", /proc, "*.com", HTTP_PROXY overrides), typos
+// that would silently grant nothing (unknown keys), and hostile inputs
+// (alias bombs, huge files, control characters that hide text).
 package policy
 
 import (
@@ -6,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -305,6 +319,8 @@ func (ps *fileParser) mapping(n *yaml.Node, known []string, where string, fn fun
 		if !ps.check(k) {
 			continue
 		}
+		// Keys are plain strings; "1: x" or a mapping used as a key is a
+		// mistake, never a grant.
 		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" && k.Tag != "!!merge" {
 			ps.nodef(k, "keys are plain names, got %s: use one of %s", kindName(k), strings.Join(known, ", "))
 			continue
@@ -314,18 +330,23 @@ func (ps *fileParser) mapping(n *yaml.Node, known []string, where string, fn fun
 			ps.nodef(k, "merge key << is not allowed: write the keys out")
 			continue
 		}
+		// YAML says duplicate keys are an error, but parsers keep the last
+		// one; an attacker who can append to a policy could then override
+		// a grant the reviewer saw. Refuse them (JSON included).
 		if prev, dup := seen[key]; dup {
 			ps.nodef(k, "duplicate key %s (first at %d:%d): keep one", strconv.Quote(key), prev.Line, prev.Column)
 			continue
 		}
 		seen[key] = k
-		if !contains(known, key) {
+		if !slices.Contains(known, key) {
 			ps.unknownKey(k, known, where)
 			continue
 		}
 		if !ps.check(v) {
 			continue
 		}
+		// "fs_read:" with nothing after it is null, not an empty list: the
+		// author probably lost a line, so say so instead of granting nothing.
 		if isNull(v) {
 			ps.nodef(v, "%s has no value: give it one or remove the key", key)
 			continue
@@ -341,7 +362,7 @@ func (ps *fileParser) unknownKey(k *yaml.Node, known []string, where string) {
 	if where != "" {
 		in = " in " + where
 	}
-	if where == "" && contains(budgetKeyStrings(), k.Value) {
+	if where == "" && slices.Contains(budgetKeyStrings(), k.Value) {
 		ps.nodef(k, "%s belongs under budget: indent it below a \"budget:\" key", k.Value)
 		return
 	}
@@ -374,6 +395,8 @@ func (ps *fileParser) list(v *yaml.Node, key string) []item {
 		if !ps.check(e) {
 			continue
 		}
+		// Unquoted true, 7 or 1.5 are not strings in YAML; accepting them
+		// would make a grant depend on how YAML resolves a plain scalar.
 		if e.Kind != yaml.ScalarNode || e.Tag != "!!str" {
 			hint := ""
 			if e.Kind == yaml.ScalarNode && !isNull(e) {
@@ -442,61 +465,4 @@ func limitKind(key string) string {
 		return "a whole number"
 	}
 	return "a size like 1048576 or 64MiB"
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
-}
-
-// suggest returns `: did you mean "x"` for the candidate nearest to s (by
-// edit distance, or one that s abbreviates), or "" when none is close.
-func suggest(s string, candidates []string) string {
-	best, bestDist := "", 3
-	if len(s) <= 4 {
-		bestDist = 2
-	}
-	norm := strings.ToLower(strings.ReplaceAll(s, "-", "_"))
-	for _, c := range candidates {
-		d := editDistance(norm, c)
-		if len(norm) >= 3 && strings.HasPrefix(c, norm) {
-			d = 1 // an abbreviation: "max_mem" for "max_memory"
-		}
-		if d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	if best == "" {
-		return ""
-	}
-	return ": did you mean " + strconv.Quote(best)
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes. It
-// gives up early (returning a large value) for long inputs.
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 1 << 30
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -267,10 +268,10 @@ func TestParseBaseDir(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Parse(%q) = %v", in, err)
 	}
-	if got, want := p.FSRead(), []string{"/etc/ssl/certs", "/home/u/proj/data", "/home/u/shared"}; !equalStrings(got, want) {
+	if got, want := p.FSRead(), []string{"/etc/ssl/certs", "/home/u/proj/data", "/home/u/shared"}; !slices.Equal(got, want) {
 		t.Errorf("FSRead() = %q, want %q", got, want)
 	}
-	if got, want := p.FSWrite(), []string{"/home/u/proj/out"}; !equalStrings(got, want) {
+	if got, want := p.FSWrite(), []string{"/home/u/proj/out"}; !slices.Equal(got, want) {
 		t.Errorf("FSWrite() = %q, want %q", got, want)
 	}
 	if p.Source() != "p.yaml" {
@@ -293,5 +294,3 @@ func TestParseBaseDirEscape(t *testing.T) {
 		t.Errorf("Parse(../../proc from /a/b) = %v, want the /proc error", pe)
 	}
 }
-
-func equalStrings(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") && len(a) == len(b) }

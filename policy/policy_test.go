@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/policy"
@@ -153,10 +154,10 @@ func TestImmutable(t *testing.T) {
 func TestParseCanonical(t *testing.T) {
 	in := "version: 1\nfs_read: [/b, /a, /a/, /b//]\nallowed_tools: [z, a, z]\nenv: [ZED, A=x=y, B=]\nallow_downgrade: [max_cpu, landlock, max_cpu]\n"
 	p := mustParse(t, in)
-	if got, want := p.FSRead(), []string{"/a", "/b"}; !equalStrings(got, want) {
+	if got, want := p.FSRead(), []string{"/a", "/b"}; !slices.Equal(got, want) {
 		t.Errorf("FSRead() = %q, want %q", got, want)
 	}
-	if got, want := p.AllowedTools(), []string{"a", "z"}; !equalStrings(got, want) {
+	if got, want := p.AllowedTools(), []string{"a", "z"}; !slices.Equal(got, want) {
 		t.Errorf("AllowedTools() = %q, want %q", got, want)
 	}
 	wantEnv := []policy.EnvVar{{Name: "A", Value: "x=y", HasValue: true}, {Name: "B", HasValue: true}, {Name: "ZED"}}

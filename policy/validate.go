@@ -70,6 +70,8 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 	if base != nil {
 		p = base.clone()
 	}
+	// A relative base would make grants depend on the working directory of
+	// whoever enforces the policy; refuse it rather than guess.
 	if d.baseDir != "" && (!strings.HasPrefix(d.baseDir, "/") || strings.IndexByte(d.baseDir, 0) >= 0) {
 		v.errorf(0, 0, "base folder %q is not an absolute path: pass the absolute folder of the policy file", d.baseDir)
 		d.baseDir = ""
@@ -84,6 +86,8 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 			p.fsWrite = append(p.fsWrite, c)
 		}
 	}
+	// hostspec owns the host grammar (wildcards, ports, IDNA); here we only
+	// add the position and the field name to its verdict.
 	for _, it := range d.netHosts {
 		if !v.str(it) {
 			continue
@@ -100,7 +104,7 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 			p.tools = append(p.tools, c)
 		}
 	}
-	p.env = v.envs(p.env, d.env)
+	p.env = v.envs(p.env, d.env) // duplicates are checked against base's entries too
 	for _, it := range d.downgrades {
 		if !v.str(it) {
 			continue
@@ -113,6 +117,7 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 		p.downgrades = append(p.downgrades, dg)
 	}
 	v.limits(p, base)
+	// All or nothing: a half-valid policy must never reach a sandbox.
 	if len(v.errs) > 0 {
 		return nil, v.sorted()
 	}
@@ -196,6 +201,8 @@ func (v *validator) path(it item) (string, bool) {
 	if !v.str(it) {
 		return "", false
 	}
+	// A shell would expand "~"; we do not, and a folder literally named
+	// "~" under the base is never what the author meant.
 	if strings.HasPrefix(it.val, "~") {
 		v.itemf(it, "~ is not expanded: write the absolute path")
 		return "", false
@@ -204,6 +211,8 @@ func (v *validator) path(it item) (string, bool) {
 		v.itemf(it, "relative path with no base folder: use an absolute path")
 		return "", false
 	}
+	// Canonicalize before the checks below, so "/data/../proc" is judged
+	// as the /proc it is.
 	c, err := pathspec.Abs(v.d.baseDir, it.val)
 	if err != nil {
 		v.itemf(it, "%v", err)
@@ -217,6 +226,9 @@ func (v *validator) path(it item) (string, bool) {
 }
 
 // hostPathProblem returns why canonical path c may never be granted, or "".
+// "/" would expose every secret on the host; host /proc exposes other
+// processes' memory and environment, and /sys the kernel's knobs. The
+// sandbox gets its own /proc mount, so granting either is always a mistake.
 func hostPathProblem(c string) string {
 	if c == "/" {
 		return "/ would grant the whole host (/root, the docker socket, ...): grant specific folders"
@@ -296,6 +308,7 @@ func (v *validator) envs(have []EnvVar, items []item) []EnvVar {
 		if !v.str(it) {
 			continue
 		}
+		// Only the first "=" separates: values may contain "=" themselves.
 		name, val, hasVal := strings.Cut(it.val, "=")
 		if !envName(name) {
 			v.itemf(it, "%q is not a variable name: write NAME or NAME=value, NAME made of letters, digits and _ and not starting with a digit", name)
@@ -305,6 +318,8 @@ func (v *validator) envs(have []EnvVar, items []item) []EnvVar {
 			v.itemf(it, "airlock sets %s itself to route traffic through its egress proxy: remove it", name)
 			continue
 		}
+		// Two entries for one name would leave which value wins to the
+		// enforcement layer; make the author choose.
 		if prev, dup := seen[name]; dup {
 			where := "already granted"
 			if prev.line > 0 {
@@ -330,6 +345,8 @@ func (v *validator) limits(p *Policy, base *Policy) {
 			v.errorf(li.line, li.col, "%s %s %s", li.label, shown, msg)
 			continue
 		}
+		// Defaults may be raised by flags (the file said nothing), but a
+		// value the file wrote is the author's ceiling.
 		if base != nil && base.explicit.has(li.key) {
 			if old := limitValue(base.limits, li.key); li.val > old {
 				v.errorf(li.line, li.col, "%s %s would loosen the policy file's %s %s: edit the policy file instead",

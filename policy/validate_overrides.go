@@ -8,12 +8,12 @@ import (
 // policy file's grants and may tighten, never loosen, its budgets. The zero
 // Overrides changes nothing.
 type Overrides struct {
-	FSRead         []string      // --fs-read: absolute, or relative to With's baseDir
-	FSWrite        []string      // --fs-write: absolute, or relative to With's baseDir
-	NetHosts       []string      // --net-host: hostspec patterns
-	AllowedTools   []string      // --tool: bare names or absolute paths
-	Env            []string      // --env: "NAME" or "NAME=value"
-	AllowDowngrade []string      // --allow-downgrade: Downgrade values
+	FSRead         []string      // --fs-read: absolute, or relative to With's baseDir; nil adds none
+	FSWrite        []string      // --fs-write: absolute, or relative to With's baseDir; nil adds none
+	NetHosts       []string      // --net-host: hostspec patterns; nil adds none
+	AllowedTools   []string      // --tool: bare names or absolute paths; nil adds none
+	Env            []string      // --env: "NAME" or "NAME=value"; nil adds none
+	AllowDowngrade []string      // --allow-downgrade: Downgrade values; nil adds none
 	Budget         budget.Limits // --max-*: zero fields leave the policy's budget as it is
 }
 
@@ -33,7 +33,8 @@ var flagNames = map[budget.Limit]string{
 // Relative paths resolve against baseDir (normally the working directory;
 // empty refuses them). A non-zero budget in o may set a budget p left at its
 // default, or lower one p set explicitly; raising an explicit budget is an
-// error, since flags never loosen a policy file. p itself never changes.
+// error, since flags never loosen a policy file. p itself never changes; a
+// nil p stands for Default().
 func (p *Policy) With(o Overrides, baseDir string) (*Policy, error) {
 	d := draft{
 		baseDir:    baseDir,

@@ -232,9 +232,14 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 
 	var exitMsg *nsinit.Message
 	var stageErr *nsinit.Message
+	live := (<-chan nsinit.Message)(msgs)
 	for {
 		select {
-		case m := <-msgs:
+		case m, ok := <-live:
+			if !ok {
+				live = nil // the init closed its end; wait for its exit status
+				continue
+			}
 			switch m.Type {
 			case "exit":
 				exitMsg = &m
@@ -265,17 +270,14 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 		}
 		break
 	}
-	// Drain control messages that raced with the exit.
-	for done := false; !done; {
-		select {
-		case m := <-msgs:
-			if m.Type == "exit" {
-				exitMsg = &m
-			} else if m.Type == "error" {
-				stageErr = &m
-			}
-		default:
-			done = true
+	// Drain control messages that raced with the exit: readControl closes
+	// msgs when the init's end of the socket is gone.
+	for m := range msgs {
+		switch m.Type {
+		case "exit":
+			exitMsg = &m
+		case "error":
+			stageErr = &m
 		}
 	}
 	if proxy != nil {
@@ -361,6 +363,7 @@ func idmapGrants(pid int, pl *plan.Plan) ([]int, error) {
 
 // readControl forwards the init's messages and serves the proxy listeners.
 func (r *run) readControl(ctl int, out chan<- nsinit.Message, proxy **egress.Proxy) {
+	defer close(out)
 	for {
 		m, fds, err := nsinit.Recv(ctl)
 		if err != nil {

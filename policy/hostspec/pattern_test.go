@@ -25,7 +25,6 @@ func TestParse(t *testing.T) {
 		{"wildcard-deep", "*.a.b.example.com", "*.a.b.example.com", false},
 		{"wildcard-trailing-dot", "*.Example.com.", "*.example.com", false},
 		{"idna", "bücher.example", "xn--bcher-kva.example", false},
-		{"idna-upper-ascii", "BÜCHER.example", "", false}, // upper-case non-ASCII is refused, see errors
 		{"punycode", "XN--BCHER-KVA.example", "xn--bcher-kva.example", false},
 		{"idna-wildcard", "*.bücher.example", "*.xn--bcher-kva.example", false},
 		{"triple-hyphen", "r3---sn-abc.googlevideo.com", "r3---sn-abc.googlevideo.com", false},
@@ -46,9 +45,6 @@ func TestParse(t *testing.T) {
 		{"cidr6-mapped", "[::ffff:10.0.0.0/104]", "10.0.0.0/8", true},
 	}
 	for _, tt := range tests {
-		if tt.want == "" {
-			continue
-		}
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := hostspec.Parse(tt.in)
 			if err != nil {
@@ -176,7 +172,7 @@ func longName(n int) string {
 }
 
 func TestParseLimits(t *testing.T) {
-	for _, in := range []string{longName(253), "a.b" + string(make([]byte, 0)), "x.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"} {
+	for _, in := range []string{longName(253), "x.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"} {
 		if _, err := hostspec.Parse(in); err != nil {
 			t.Errorf("Parse(%q) = %v, want no error", in, err)
 		}

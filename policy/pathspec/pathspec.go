@@ -22,11 +22,16 @@ var ErrInvalid = errors.New("pathspec: empty path or NUL byte")
 // at the root stays at the root, as the kernel does. A relative p is treated
 // as if rooted at "/".
 func Clean(p string) string {
-	return path.Clean("/" + p)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // also turns "" into "/" rather than path.Clean's "."
+	}
+	return path.Clean(p)
 }
 
 // Abs resolves p against base (which must be absolute when p is relative)
-// and returns its Clean form.
+// and returns its Clean form. It returns ErrInvalid for an empty p or a NUL
+// byte in p or base, and ErrRelative for a relative p with a relative or
+// empty base.
 func Abs(base, p string) (string, error) {
 	if p == "" || strings.IndexByte(p, 0) >= 0 || strings.IndexByte(base, 0) >= 0 {
 		return "", ErrInvalid
@@ -41,11 +46,21 @@ func Abs(base, p string) (string, error) {
 }
 
 // Within reports whether path p is root itself or lies beneath it, after
-// both are cleaned. "/work" contains "/work/a" but not "/workshop".
+// both are cleaned. "/work" contains "/work/a" but not "/workshop". It
+// fails closed: an empty or relative root or p, or one containing a NUL
+// byte, is within nothing, so a mistaken "" grant cannot become "/".
 func Within(root, p string) bool {
+	if !valid(root) || !valid(p) {
+		return false
+	}
 	root, p = Clean(root), Clean(p)
 	if root == "/" {
 		return true
 	}
-	return p == root || strings.HasPrefix(p, root+"/")
+	return p == root || len(p) > len(root) && p[len(root)] == '/' && p[:len(root)] == root
+}
+
+// valid reports whether s is absolute and free of NUL bytes.
+func valid(s string) bool {
+	return strings.HasPrefix(s, "/") && strings.IndexByte(s, 0) < 0
 }

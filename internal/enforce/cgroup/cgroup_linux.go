@@ -179,7 +179,10 @@ func (g *Group) Add(pid int) error {
 func (g *Group) UnifiedFD() (int, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.fd, g.hasFD
+	if !g.hasFD {
+		return -1, false
+	}
+	return g.fd, true
 }
 
 // Status says where the group lives, how swap is excluded and how Kill

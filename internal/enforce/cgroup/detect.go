@@ -141,6 +141,9 @@ func buildHost(mountinfo, proccgroup string, env detectEnv) (Host, error) {
 	h := Host{Controllers: map[string]string{}, Self: map[string]string{}}
 	problem := func(format string, args ...any) { h.Problems = append(h.Problems, fmt.Sprintf(format, args...)) }
 	anyV1 := false
+	// The first usable mount of a hierarchy wins: later ones are bind
+	// mounts of the same tree (containers) and add nothing. Read-only
+	// mounts are skipped, because mkdir would fail there only at Create.
 	for _, m := range mounts {
 		if m.fstype == "cgroup2" {
 			switch {
@@ -160,6 +163,9 @@ func buildHost(mountinfo, proccgroup string, env detectEnv) (Host, error) {
 			}
 			continue
 		}
+		// A v1 mount names its controllers among the superblock options;
+		// named hierarchies (name=systemd) and controllers we do not use
+		// are ignored.
 		for _, c := range m.super {
 			if !isKnown(c) {
 				continue
@@ -187,13 +193,23 @@ func buildHost(mountinfo, proccgroup string, env detectEnv) (Host, error) {
 		}
 	}
 	if h.Unified != "" {
+		// A child can use the controllers of its parent's subtree_control;
+		// those merely listed in cgroup.controllers can be enabled unless
+		// the parent holds processes (the "no internal processes" rule),
+		// which only Create can find out. An unreadable file offers
+		// nothing, so limits are refused rather than silently skipped.
 		dir := h.Self[h.Unified]
-		avail, _ := env.readFile(filepath.Join(dir, "cgroup.controllers"))
-		enabled, _ := env.readFile(filepath.Join(dir, "cgroup.subtree_control"))
+		avail, err := env.readFile(filepath.Join(dir, "cgroup.controllers"))
+		if err != nil {
+			problem("cgroup2 at %s: %v: no cgroup2 controller used", h.Unified, err)
+		}
+		enabled, _ := env.readFile(filepath.Join(dir, "cgroup.subtree_control")) // absent: nothing enabled yet
 		for _, c := range []string{Memory, Pids, CPU} {
 			if !hasWord(string(avail), c) {
 				continue
 			}
+			// A controller is bound to one hierarchy at a time; if both
+			// claim it, v1 is where the kernel charges tasks.
 			if prev := h.Controllers[c]; prev != "" {
 				problem("%s offered by cgroup2 at %s and v1 at %s: using v1", c, h.Unified, prev)
 				continue
@@ -203,6 +219,8 @@ func buildHost(mountinfo, proccgroup string, env detectEnv) (Host, error) {
 				problem("%s is not enabled in %s/cgroup.subtree_control: Create will try to enable it", c, dir)
 			}
 		}
+		// The root cgroup has no cgroup.kill file even on kernels that
+		// have it, so there the kernel version decides.
 		if dir == h.Unified {
 			h.KillFile = env.killAtRoot
 		} else {

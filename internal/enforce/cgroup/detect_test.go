@@ -50,20 +50,21 @@ func TestBuildHost(t *testing.T) {
 		killAtRoot bool
 		want       Host
 	}{
-		{"hybrid-nested-memory", hybridMountinfo, hybridCgroup, nil, true, Host{
-			Version: Hybrid,
-			Controllers: map[string]string{
-				Memory: "/sys/fs/cgroup/memory", Pids: "/sys/fs/cgroup/pids", CPU: "/sys/fs/cgroup/cpu",
-				CPUAcct: "/sys/fs/cgroup/cpuacct", Freezer: "/sys/fs/cgroup/freezer",
-			},
-			Unified: "/sys/fs/cgroup/unified",
-			Self: map[string]string{
-				"/sys/fs/cgroup/memory": "/sys/fs/cgroup/memory/process_api/abc", "/sys/fs/cgroup/pids": "/sys/fs/cgroup/pids",
-				"/sys/fs/cgroup/cpu": "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct": "/sys/fs/cgroup/cpuacct",
-				"/sys/fs/cgroup/freezer": "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/unified": "/sys/fs/cgroup/unified",
-			},
-			KillFile: true,
-		}},
+		{"hybrid-nested-memory", hybridMountinfo, hybridCgroup,
+			map[string]string{"/sys/fs/cgroup/unified/cgroup.controllers": "\n"}, true, Host{
+				Version: Hybrid,
+				Controllers: map[string]string{
+					Memory: "/sys/fs/cgroup/memory", Pids: "/sys/fs/cgroup/pids", CPU: "/sys/fs/cgroup/cpu",
+					CPUAcct: "/sys/fs/cgroup/cpuacct", Freezer: "/sys/fs/cgroup/freezer",
+				},
+				Unified: "/sys/fs/cgroup/unified",
+				Self: map[string]string{
+					"/sys/fs/cgroup/memory": "/sys/fs/cgroup/memory/process_api/abc", "/sys/fs/cgroup/pids": "/sys/fs/cgroup/pids",
+					"/sys/fs/cgroup/cpu": "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct": "/sys/fs/cgroup/cpuacct",
+					"/sys/fs/cgroup/freezer": "/sys/fs/cgroup/freezer", "/sys/fs/cgroup/unified": "/sys/fs/cgroup/unified",
+				},
+				KillFile: true,
+			}},
 		{"pure-v2-delegated",
 			"29 22 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n",
 			"0::/user.slice/user-1000.slice/app.scope\n",
@@ -87,6 +88,14 @@ func TestBuildHost(t *testing.T) {
 				Controllers: map[string]string{Pids: "/sys/fs/cgroup"},
 				Unified:     "/sys/fs/cgroup",
 				Self:        map[string]string{"/sys/fs/cgroup": "/sys/fs/cgroup"},
+			}},
+		{"v2-unreadable-controllers-fails-closed",
+			"29 22 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n", "0::/sup\n", nil, true, Host{
+				Version:     V2,
+				Controllers: map[string]string{},
+				Unified:     "/sys/fs/cgroup",
+				Self:        map[string]string{"/sys/fs/cgroup": "/sys/fs/cgroup/sup"},
+				Problems:    []string{"cgroup2 at /sys/fs/cgroup: file does not exist: no cgroup2 controller used"},
 			}},
 		{"cgroupns-bind-root",
 			"40 30 0:31 /docker/c1 /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n41 30 0:35 /docker/c1 /sys/fs/cgroup/pids ro - cgroup cgroup rw,pids\n",

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 )
 
@@ -49,10 +50,45 @@ func (p proc) dead() bool {
 
 func TestKillEscapedTree(t *testing.T) {
 	h := requireHost(t)
-	if h.Unified == "" && h.Controllers[cgroup.Pids] == "" && h.Controllers[cgroup.Freezer] == "" {
-		t.Skip("no hierarchy to put the tree in")
+	// The same attack against each way Kill can work on this host.
+	v1 := h
+	v1.Unified, v1.KillFile = "", false
+	bare := v1
+	bare.Controllers = map[string]string{}
+	for c, d := range v1.Controllers {
+		if c != cgroup.Freezer {
+			bare.Controllers[c] = d
+		}
 	}
-	g := newGroup(t, h, cgroup.Config{})
+	tests := []struct {
+		name string
+		host cgroup.Host
+		kill string // Status().Kill
+	}{
+		{"cgroup.kill", h, "cgroup.kill"},
+		{"v1-freezer", v1, "freeze+sigkill"},
+		{"sigkill-only", bare, "sigkill"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.host.Version == "" || (tt.kill == "cgroup.kill") != tt.host.KillFile ||
+				(tt.kill == "freeze+sigkill" && tt.host.Controllers[cgroup.Freezer] == "") ||
+				(tt.kill == "sigkill" && tt.host.Controllers[cgroup.Pids] == "") {
+				airtest.SkipOrFail(t, "host %s cannot kill by %s", h.Version, tt.kill)
+			}
+			g := newGroup(t, tt.host, cgroup.Config{})
+			if got := g.Status().Kill; got != tt.kill {
+				t.Fatalf("Status().Kill = %q, want %q", got, tt.kill)
+			}
+			killTree(t, g)
+		})
+	}
+}
+
+// killTree starts the escaping tree in g, kills g and checks that every
+// process of the tree is dead and the group empty.
+func killTree(t *testing.T, g *cgroup.Group) {
+	t.Helper()
 	c := startIn(t, g, helperCmd("tree"))
 	var procs []proc
 	for {

@@ -53,7 +53,12 @@
 //     the sandbox sees them.
 //   - Before ABI 8, landlock_restrict_self(2) confines only the calling
 //     thread. Restrict therefore uses syscall.AllThreadsSyscall, which Go
-//     supports only in binaries without cgo; see Config.ThreadOnly.
+//     supports only in binaries without cgo; see Config.ThreadOnly. Each
+//     thread then holds its own copy of the domain, so until execve(2)
+//     leaves a single thread, an abstract unix socket one thread of the Go
+//     process made is out of scope for another: restrict just before
+//     starting the command. ABI 8's LANDLOCK_RESTRICT_SELF_TSYNC would
+//     remove both limits; this package stops at ABI 7 (MaxABI).
 //
 // Audit: from ABI 7 the kernel logs Landlock denials to the audit subsystem
 // (AUDIT_LANDLOCK_ACCESS records). By default it logs only denials made

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
-	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
 	"github.com/airlock-sandbox/airlock/internal/plan"
 )
 
@@ -151,4 +150,3 @@ func dropCapabilities() error {
 	return nil
 }
 
-var _ = seccomp.Insn{}

@@ -1,5 +1,7 @@
 package seccomp
 
+import "fmt"
+
 // asm assembles a BPF program back to front. Classic BPF only jumps
 // forward, so emitting the last instruction first means every jump target
 // already has a position when the jump is written, and a jump too long for
@@ -7,6 +9,7 @@ package seccomp
 type asm struct {
 	rev  []Insn           // the program reversed: rev[0] is its last instruction
 	rets map[Action]label // most recent RET for each action, for reuse
+	err  error            // first impossible state met; compile reports it
 }
 
 // label names an emitted instruction by its index in asm.rev.
@@ -55,6 +58,10 @@ func (a *asm) jump(code uint16, k uint32, jt, jf label) label {
 	}
 	if a.dist(jt) > maxJump {
 		jt = a.near(jt)
+	}
+	if (a.dist(jt) > maxJump || a.dist(jf) > maxJump) && a.err == nil {
+		// uint8 would wrap silently into a valid but wrong jump.
+		a.err = fmt.Errorf("seccomp: airlock bug: jump offsets (%d, %d) exceed %d after trampolines", a.dist(jt), a.dist(jf), maxJump)
 	}
 	return a.emit(Insn{Code: code, Jt: uint8(a.dist(jt)), Jf: uint8(a.dist(jf)), K: k})
 }

@@ -32,6 +32,8 @@ const (
 	x32SyscallBit    = 0x40000000 // __X32_SYSCALL_BIT (asm/unistd.h)
 )
 
+//go:generate go run mktables.go
+
 // target is everything Build needs to know about an architecture.
 type target struct {
 	audit uint32            // the only seccomp_data.arch let through
@@ -111,6 +113,9 @@ func compile(p Profile, t target, dispatch dispatcher) ([]Insn, error) {
 	next = a.load(offNr, next)
 	next = a.jump(opJeqK, t.audit, next, a.ret(ActKillProcess))
 	a.load(offArch, next)
+	if a.err != nil {
+		return nil, a.err
+	}
 
 	prog := a.program()
 	if err := Validate(prog); err != nil {

@@ -16,7 +16,8 @@ import (
 // numbers above the newest one in its table, as an older kernel would.
 type Profile struct {
 	// Default is what a syscall gets when it has no entry in Syscalls or
-	// none of its rules match.
+	// none of its rules match. The zero value is SECCOMP_RET_KILL_THREAD,
+	// which kills the calling thread; DefaultProfile uses ActEPERM.
 	Default Action
 
 	// Syscalls lists the syscalls that have rules, sorted by name. A name
@@ -49,9 +50,9 @@ type Rule struct {
 // value the kernel reports. A Mask that covers only the low 32 bits checks
 // an argument that the kernel reads as a 32-bit int and truncates (ioctl's
 // request, clone's flags), so garbage in the high half cannot dodge the
-// rule. A Mask of all ones also requires the high half to be zero: for
-// int arguments this refuses values the kernel would accept after
-// truncation, which fails closed.
+// rule. A Mask of all ones compares the high half too, so for an int
+// argument and a small Value it refuses a non-zero high half that the
+// kernel would have discarded: that fails closed.
 type Cond struct {
 	Arg   int    // argument index, 0 to 5
 	Mask  uint64 // bits compared; never zero
