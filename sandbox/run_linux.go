@@ -150,6 +150,16 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 	defer unix.Close(ctl)
 	defer child.Close()
 
+	lim, err := newLimits(r.c.Policy, r.sink)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	r.report.Enforcement.Downgrades = lim.downgrades
+	if lim.group != nil {
+		r.report.Enforcement.Cgroup = lim.host.Version
+	}
+
 	exe := r.c.Executable
 	if exe == "" {
 		exe = "/proc/self/exe"
@@ -182,20 +192,44 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 		},
 		WaitDelay: time.Second,
 	}
+	if lim.group != nil {
+		if fd, ok := lim.group.UnifiedFD(); ok {
+			// CLONE_INTO_CGROUP: the init is in the group from its first instruction.
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
+	}
 	if err := cmd.Start(); err != nil {
+		lim.finish(r)
 		r.fail(fmt.Errorf("start sandbox init: %w (are user namespaces enabled? see airlock doctor)", err))
 		return
 	}
 	child.Close()
 	planR.Close()
-	killed := false
+	var killOnce sync.Once
 	kill := func() {
-		if !killed {
-			killed = true
+		killOnce.Do(func() {
 			_ = cmd.Process.Kill() // pid 1 of the namespace: the kernel kills every process in it
-		}
+		})
 	}
 	defer kill()
+	stopWatch := make(chan struct{})
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { close(stopWatch) }) }
+	defer func() {
+		stop()
+		kill()
+		_ = cmd.Wait() // reaps the init if an early return left it running
+		lim.finish(r)
+	}()
+	if lim.group != nil {
+		// The init waits for "go" before it forks anything, so adding it to
+		// the v1 hierarchies now leaves no window.
+		if err := lim.group.Add(cmd.Process.Pid); err != nil {
+			r.fail(fmt.Errorf("cgroup: %w", err))
+			return
+		}
+		go lim.watch(r, stopWatch, kill)
+	}
 
 	if err := json.NewEncoder(planW).Encode(pl); err != nil {
 		r.fail(fmt.Errorf("send plan: %w", err))
@@ -287,6 +321,15 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 	r.report.Stderr, r.report.StderrTruncated = stderr.result()
 	r.report.Usage.CPUMS = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Milliseconds()
 
+	stop()
+	lim.finish(r)
+	// Without a cgroup (an accepted downgrade) RLIMIT_CPU still holds; the
+	// init's rusage includes every process it reaped.
+	if maxCPU := r.c.Policy.Budget().CPU; r.report.Usage.CPUMS >= maxCPU.Milliseconds() ||
+		(exitMsg != nil && exitMsg.Signal == int(unix.SIGXCPU)) {
+		r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
+	}
+	lim.group = nil
 	if h := r.meter.HaltedBy(); h != "" {
 		s := string(h)
 		r.report.HaltedBy = &s

@@ -32,6 +32,10 @@ func run(t *testing.T, spec policy.Spec, argv ...string) *sandbox.Report {
 	if spec.Budget.Wall == 0 {
 		spec.Budget.Wall = 20 * time.Second
 	}
+	if os.Geteuid() != 0 {
+		// Rootless: no cgroup delegation on the CI host; the policy must say so.
+		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids")
+	}
 	p, err := policy.New(spec)
 	if err != nil {
 		t.Fatalf("policy.New: %v", err)

@@ -149,4 +149,3 @@ func dropCapabilities() error {
 	}
 	return nil
 }
-

@@ -1,0 +1,114 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+var janitorOnce sync.Once
+
+// limits is the cgroup side of one run: the group (nil when the policy
+// accepted running without one) and the downgrades taken.
+type limits struct {
+	group      *cgroup.Group
+	host       cgroup.Host
+	downgrades []string
+}
+
+// newLimits creates the run's cgroup with memory and pids limits. A missing
+// controller, or no permission to use one (rootless without delegation),
+// refuses the run unless the policy accepts the downgrade for every budget
+// that would go unenforced.
+func newLimits(p *policy.Policy, sink audit.Sink) (*limits, error) {
+	h, err := cgroup.Detect()
+	l := &limits{host: h}
+	if err == nil {
+		janitorOnce.Do(func() {
+			_, _ = cgroup.Janitor(h, nil) // best effort: leftovers of crashed supervisors
+		})
+		var name string
+		name, err = cgroup.NewName(os.Getpid())
+		if err == nil {
+			b := p.Budget()
+			l.group, err = cgroup.Create(h, cgroup.Config{Name: name, MemoryBytes: b.Memory, Pids: b.Pids})
+		}
+	}
+	if err == nil {
+		return l, nil
+	}
+	for _, d := range []policy.Downgrade{policy.DowngradeMemory, policy.DowngradePids} {
+		if !p.AcceptsDowngrade(d) {
+			return nil, fmt.Errorf("cgroup limits for %s cannot be enforced here: %w (run as root, delegate a cgroup v2 subtree, or add %q to allow_downgrade)", d, err, d)
+		}
+	}
+	l.downgrades = []string{string(policy.DowngradeMemory), string(policy.DowngradePids)}
+	sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Info, Layer: audit.LayerKernel, Rule: "allow_downgrade",
+		Message: "running without cgroup memory and pids limits, as the policy allows: " + err.Error()})
+	return l, nil
+}
+
+// watch polls the group's counters until stop closes and halts the run
+// when a limit that the kernel enforces by refusing (pids) or by counting
+// (cpu) is reached; OOM kills are read once more at the end.
+func (l *limits) watch(r *run, stop <-chan struct{}, kill func()) {
+	if l.group == nil {
+		return
+	}
+	maxCPU := r.c.Policy.Budget().CPU
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if ev, err := l.group.Events(); err == nil {
+			if ev.PidsMaxHits > 0 {
+				r.halt(budget.MaxPids, "the process tree reached max_pids and was killed")
+				kill()
+				return
+			}
+			if ev.OOMKills > 0 {
+				r.halt(budget.MaxMemory, "a process reached max_memory and the run was killed")
+				kill()
+				return
+			}
+		}
+		if u, err := l.group.Usage(); err == nil && u.CPU >= maxCPU {
+			r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time and was killed")
+			kill()
+			return
+		}
+	}
+}
+
+// finish records usage and late halts, then removes the group.
+func (l *limits) finish(r *run) {
+	if l.group == nil {
+		return
+	}
+	if ev, err := l.group.Events(); err == nil && ev.OOMKills > 0 {
+		r.halt(budget.MaxMemory, "a process reached max_memory and was killed by the kernel")
+	}
+	if u, err := l.group.Usage(); err == nil {
+		r.report.Usage.MaxMemoryBytes = u.MemoryPeak
+		if u.CPU > 0 {
+			r.report.Usage.CPUMS = u.CPU.Milliseconds()
+		}
+		if u.CPU >= r.c.Policy.Budget().CPU {
+			r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
+		}
+	}
+	if err := l.group.Destroy(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.log.Error("cgroup destroy", "err", err)
+	}
+}
