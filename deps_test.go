@@ -147,119 +147,220 @@ func modulePackages(t *testing.T) []*listedPackage {
 	return pkgs
 }
 
-func isStd(t *testing.T, path string) bool {
-	t.Helper()
-	p, ok := goList(t)[path]
-	if !ok {
-		t.Fatalf("go list did not report dependency %s", path)
-	}
-	return p.Standard
+// graph is the import information the rules look at. std reports whether
+// an import path belongs to the standard library.
+type graph struct {
+	pkgs []*listedPackage // this module's packages, production build
+	std  func(path string) bool
 }
 
-// TestPolicyImports checks that policy/... is pure data: the standard
-// library (never the OS-facing parts) plus the YAML parser.
-func TestPolicyImports(t *testing.T) {
+func realGraph(t *testing.T) graph {
+	t.Helper()
+	all := goList(t)
+	return graph{pkgs: modulePackages(t), std: func(path string) bool {
+		p, ok := all[path]
+		if !ok {
+			t.Fatalf("go list did not report dependency %s", path)
+		}
+		return p.Standard
+	}}
+}
+
+// rule is one dependency rule of STYLE.md §2. check returns one message
+// per violation.
+type rule struct {
+	name  string
+	check func(g graph) []string
+}
+
+var rules = []rule{
+	{"policy-is-pure", checkPolicy},
+	{"model-imports", checkModel},
+	{"enforce-stays-offline", checkEnforce},
+	{"frontends-skip-enforce", checkFrontends},
+	{"no-test-code-in-production", checkNoTestCode},
+}
+
+// TestDependencyRules applies every rule to this module.
+func TestDependencyRules(t *testing.T) {
+	g := realGraph(t)
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			for _, msg := range r.check(g) {
+				t.Error(msg)
+			}
+		})
+	}
+}
+
+// TestDependencyRulesCatch feeds each rule a module that breaks it, so
+// that a rule that can no longer fail is noticed.
+func TestDependencyRulesCatch(t *testing.T) {
+	std := func(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
+	m := func(r string) string { return module + "/" + r }
+	pkg := func(r string, imports, deps []string) *listedPackage {
+		return &listedPackage{ImportPath: m(r), Imports: imports, Deps: deps}
+	}
+	tests := []struct {
+		rule string
+		pkg  *listedPackage
+	}{
+		{"policy-is-pure", pkg("policy", []string{"os"}, []string{"os"})},
+		{"policy-is-pure", pkg("policy/hostspec", []string{"log"}, []string{"log"})},
+		{"policy-is-pure", pkg("policy/pathspec", []string{"golang.org/x/sys/unix"}, []string{"golang.org/x/sys/unix"})},
+		{"policy-is-pure", pkg("policy/budget", []string{m("audit")}, []string{m("audit")})},
+		{"policy-is-pure", pkg("policy", []string{"example.com/x"}, []string{"example.com/y"})},
+		{"policy-is-pure", pkg("policy", []string{"net/url"}, []string{"net/http"})},
+		{"model-imports", pkg("audit", []string{"go.yaml.in/yaml/v3"}, nil)},
+		{"model-imports", pkg("internal/plan", []string{m("internal/enforce/mount")}, nil)},
+		{"enforce-stays-offline", pkg("internal/enforce/mount", nil, []string{"net/http"})},
+		{"enforce-stays-offline", pkg("internal/enforce/nsinit", nil, []string{m("egress")})},
+		{"enforce-stays-offline", pkg("internal/enforce/seccomp", nil, []string{m("server/api")})},
+		{"frontends-skip-enforce", pkg("egress", nil, []string{m("internal/enforce/netns")})},
+		{"frontends-skip-enforce", pkg("export/oci", nil, []string{m("internal/enforce/seccomp")})},
+		{"frontends-skip-enforce", pkg("sandbox", []string{"k8s.io/api/core/v1"}, nil)},
+		{"frontends-skip-enforce", pkg("server", []string{"github.com/modelcontextprotocol/go-sdk/mcp"}, nil)},
+		{"no-test-code-in-production", pkg("sandbox", nil, []string{"testing"})},
+		{"no-test-code-in-production", pkg("cmd/airlock", nil, []string{m("internal/airtest")})},
+		{"no-test-code-in-production", pkg("server", nil, []string{m("egress/egresstest")})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.rule+"/"+rel(tt.pkg.ImportPath), func(t *testing.T) {
+			i := slices.IndexFunc(rules, func(r rule) bool { return r.name == tt.rule })
+			if i < 0 {
+				t.Fatalf("no rule %q", tt.rule)
+			}
+			if got := rules[i].check(graph{pkgs: []*listedPackage{tt.pkg}, std: std}); len(got) == 0 {
+				t.Errorf("rule %s accepts %s importing %v (deps %v)", tt.rule, rel(tt.pkg.ImportPath), tt.pkg.Imports, tt.pkg.Deps)
+			}
+		})
+	}
+	// And the allowed shapes pass.
+	ok := []*listedPackage{
+		pkg("policy", []string{"fmt", "go.yaml.in/yaml/v3", m("policy/hostspec")}, []string{"fmt", "os", "syscall", "go.yaml.in/yaml/v3", m("policy/hostspec")}),
+		pkg("internal/plan", []string{"sort", m("policy")}, []string{"go.yaml.in/yaml/v3", m("policy")}),
+		pkg("internal/enforce/nsinit", nil, []string{m("internal/enforce/mount"), m("internal/plan")}),
+		pkg("export/k8s", []string{"k8s.io/api/core/v1"}, []string{m("internal/plan")}),
+		pkg("internal/airtest", nil, []string{"testing"}),
+	}
+	for _, r := range rules {
+		if got := r.check(graph{pkgs: ok, std: std}); len(got) > 0 {
+			t.Errorf("rule %s rejects an allowed module: %v", r.name, got)
+		}
+	}
+}
+
+// checkPolicy: policy/... is pure data. It imports only the standard
+// library (never the OS-facing parts), other policy packages and the YAML
+// parser.
+func checkPolicy(g graph) []string {
 	forbiddenDirect := []string{"os", "os/exec", "syscall", "net/http", "log"}
-	forbiddenAnywhere := []string{"os/exec", "net/http"}
-	seen := false
-	for _, p := range modulePackages(t) {
+	forbiddenAnywhere := []string{"os/exec", "net/http"} // fmt reaches os and syscall, nothing reaches these
+	var bad []string
+	for _, p := range g.pkgs {
 		if !under(p.ImportPath, "policy") {
 			continue
 		}
-		seen = true
+		r := rel(p.ImportPath)
 		for _, imp := range p.Imports {
 			if slices.Contains(forbiddenDirect, imp) || imp == "golang.org/x/sys" || strings.HasPrefix(imp, "golang.org/x/sys/") {
-				t.Errorf("%s imports %s; policy packages must not touch OS APIs", rel(p.ImportPath), imp)
+				bad = append(bad, r+" imports "+imp+"; policy packages must not touch OS APIs")
 			}
 		}
 		for _, d := range p.Deps {
 			switch {
 			case slices.Contains(forbiddenAnywhere, d):
-				t.Errorf("%s depends on %s (transitively); policy packages must not reach it", rel(p.ImportPath), d)
+				bad = append(bad, r+" depends on "+d+" (transitively); policy packages must not reach it")
 			case under(d, "policy"), d == "go.yaml.in/yaml/v3":
 			case ours(d):
-				t.Errorf("%s depends on %s; policy packages import only policy/...", rel(p.ImportPath), d)
-			case !isStd(t, d):
-				t.Errorf("%s depends on %s; policy packages import only the standard library and go.yaml.in/yaml/v3", rel(p.ImportPath), d)
+				bad = append(bad, r+" depends on "+d+"; policy packages import only policy/...")
+			case !g.std(d):
+				bad = append(bad, r+" depends on "+d+"; policy packages import only the standard library and go.yaml.in/yaml/v3")
 			}
 		}
 	}
-	if !seen {
-		t.Fatal("no policy packages found")
-	}
+	return bad
 }
 
-// TestModelImports checks that audit and internal/plan import only
-// policy/... and the standard library.
-func TestModelImports(t *testing.T) {
-	for _, p := range modulePackages(t) {
+// checkModel: audit and internal/plan import only policy/... and the
+// standard library.
+func checkModel(g graph) []string {
+	var bad []string
+	for _, p := range g.pkgs {
 		r := rel(p.ImportPath)
 		if r != "audit" && r != "internal/plan" {
 			continue
 		}
 		for _, imp := range p.Imports {
-			if !under(imp, "policy") && !isStd(t, imp) {
-				t.Errorf("%s imports %s; it may import only policy/... and the standard library", r, imp)
+			if !under(imp, "policy") && (ours(imp) || !g.std(imp)) {
+				bad = append(bad, r+" imports "+imp+"; it may import only policy/... and the standard library")
 			}
 		}
 	}
+	return bad
 }
 
-// TestEnforceImports checks that the enforcement packages never reach
-// the network-facing layers, not even through another package.
-func TestEnforceImports(t *testing.T) {
-	for _, p := range modulePackages(t) {
+// checkEnforce: the enforcement packages never reach the network-facing
+// layers, not even through another package.
+func checkEnforce(g graph) []string {
+	var bad []string
+	for _, p := range g.pkgs {
 		if !under(p.ImportPath, "internal/enforce") {
 			continue
 		}
 		for _, d := range p.Deps {
 			if d == "net/http" || under(d, "egress") || under(d, "server") || under(d, "mcp") {
-				t.Errorf("%s depends on %s; internal/enforce must not reach net/http, egress, server or mcp", rel(p.ImportPath), d)
+				bad = append(bad, rel(p.ImportPath)+" depends on "+d+"; internal/enforce must not reach net/http, egress, server or mcp")
 			}
 		}
 	}
+	return bad
 }
 
-// TestFrontendImports checks that exports and network-facing packages
-// never reach the enforcement packages, and that the Kubernetes types and
-// the MCP SDK stay in the one package each that needs them.
-func TestFrontendImports(t *testing.T) {
-	for _, p := range modulePackages(t) {
+// checkFrontends: exports and network-facing packages never reach the
+// enforcement packages, and the Kubernetes types and the MCP SDK stay in
+// the one package each that needs them.
+func checkFrontends(g graph) []string {
+	var bad []string
+	for _, p := range g.pkgs {
 		r := rel(p.ImportPath)
 		if under(p.ImportPath, "export") || under(p.ImportPath, "egress") || under(p.ImportPath, "server") || under(p.ImportPath, "mcp") {
 			for _, d := range p.Deps {
 				if under(d, "internal/enforce") {
-					t.Errorf("%s depends on %s; export, egress, server and mcp must not reach internal/enforce", r, d)
+					bad = append(bad, r+" depends on "+d+"; export, egress, server and mcp must not reach internal/enforce")
 				}
 			}
 		}
 		for _, imp := range p.Imports {
 			if strings.HasPrefix(imp, "k8s.io/") && !under(p.ImportPath, "export/k8s") {
-				t.Errorf("%s imports %s; only export/k8s imports the Kubernetes types", r, imp)
+				bad = append(bad, r+" imports "+imp+"; only export/k8s imports the Kubernetes types")
 			}
 			if strings.HasPrefix(imp, "github.com/modelcontextprotocol/") && !under(p.ImportPath, "mcp") {
-				t.Errorf("%s imports %s; only mcp imports the MCP SDK", r, imp)
+				bad = append(bad, r+" imports "+imp+"; only mcp imports the MCP SDK")
 			}
 		}
 	}
+	return bad
 }
 
-// TestNoTestingInProduction checks that no production package links the
-// testing package, the test kit, or a fake package (xxxtest).
-func TestNoTestingInProduction(t *testing.T) {
+// checkNoTestCode: no production package links the testing package, the
+// test kit, or a fake package (xxxtest).
+func checkNoTestCode(g graph) []string {
 	isKit := func(path string) bool {
 		return ours(path) && (under(path, "internal/airtest") || strings.HasSuffix(path, "test"))
 	}
-	for _, p := range modulePackages(t) {
+	var bad []string
+	for _, p := range g.pkgs {
 		if isKit(p.ImportPath) {
 			continue
 		}
 		for _, d := range p.Deps {
 			if d == "testing" || isKit(d) {
-				t.Errorf("%s depends on %s; production packages must not link test code", rel(p.ImportPath), d)
+				bad = append(bad, rel(p.ImportPath)+" depends on "+d+"; production packages must not link test code")
 			}
 		}
 	}
+	return bad
 }
 
 // TestUnsafeFileNames checks that only *_unsafe.go files import unsafe, so

@@ -1,0 +1,144 @@
+package sandbox_test
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// TestAttackToolAllowList tries every way to execute something that is not
+// an allowed tool. Only python3 (the command) is allowed.
+func TestAttackToolAllowList(t *testing.T) {
+	requireSandbox(t)
+	tr := newTree(t)
+	spec := policy.Spec{FSWrite: []string{tr.out}}
+	rep := py(t, spec, fmt.Sprintf(`
+import ctypes, os, shutil, subprocess, sys
+out = %q
+bad = []
+def attempt(name, argv):
+    try:
+        r = subprocess.run(argv, capture_output=True, timeout=10)
+        if r.returncode == 0:
+            bad.append(name)
+    except OSError:
+        pass
+# 1. a tool that is not listed is not even there
+attempt("ls", ["/usr/bin/ls", "/"])
+attempt("sh", ["/bin/sh", "-c", "true"])
+# 2. the dynamic loader running a binary directly
+for ld in ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"]:
+    attempt("ld.so " + ld, [ld, "/usr/bin/ls"])
+    attempt("ld.so python copy", [ld, out + "/py"])
+# 3. a copy of an allowed binary written into fs_write and /tmp
+for d in [out, "/tmp"]:
+    try:
+        shutil.copy("/usr/bin/python3", d + "/py"); os.chmod(d + "/py", 0o755)
+        attempt("copy in " + d, [d + "/py", "-c", "pass"])
+    except OSError:
+        pass
+# 4. memfd_create + execveat
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.memfd_create(b"x", 0)
+if fd >= 0:
+    bad.append("memfd_create succeeded")
+if libc.syscall(322, -1, b"", None, None, 0x1000) == 0:
+    bad.append("execveat succeeded")
+# 5. a script whose shebang names a tool that is not allowed
+for d in [out, "/tmp"]:
+    try:
+        open(d + "/s.sh", "w").write("#!/bin/sh\necho pwned\n"); os.chmod(d + "/s.sh", 0o755)
+        attempt("shebang in " + d, [d + "/s.sh"])
+    except OSError:
+        pass
+print(bad); sys.exit(1 if bad else 0)`, tr.out))
+	wantExit(t, rep, 0)
+}
+
+// TestAllowedToolRuns: a listed tool can be executed by the command.
+func TestAllowedToolRuns(t *testing.T) {
+	requireSandbox(t)
+	rep := py(t, policy.Spec{AllowedTools: []string{"sh", "echo"}}, `
+import subprocess
+print(subprocess.run(["/bin/sh", "-c", "echo from-sh"], capture_output=True, text=True).stdout)`)
+	wantExit(t, rep, 0)
+	if !strings.Contains(rep.Stdout, "from-sh") {
+		t.Fatalf("stdout = %q", rep.Stdout)
+	}
+}
+
+// TestEgressThroughSandbox drives the real proxy from inside airlock run:
+// the granted host answers, a host that is not granted receives nothing.
+func TestEgressThroughSandbox(t *testing.T) {
+	requireSandbox(t)
+	var allowedHits, deniedHits atomic.Int32
+	allowed := serve(t, &allowedHits, "hello from allowed")
+	denied := serve(t, &deniedHits, "you should not see this")
+	spec := policy.Spec{NetHosts: []string{allowed, "127.0.0.1:" + portOf(allowed)}}
+	rep := py(t, spec, fmt.Sprintf(`
+import urllib.request, sys
+print(urllib.request.urlopen("http://%s/", timeout=10).read().decode())
+try:
+    urllib.request.urlopen("http://%s/", timeout=10).read()
+    print("DENIED HOST REACHED")
+except Exception as e:
+    print("denied:", e)
+try:
+    import socket
+    socket.create_connection(("127.0.0.1", %s), timeout=3)
+    print("RAW CONNECT WORKED")
+except OSError as e:
+    print("raw connect refused")`, allowed, denied, portOf(denied)))
+	wantExit(t, rep, 0)
+	if !strings.Contains(rep.Stdout, "hello from allowed") || strings.Contains(rep.Stdout, "REACHED") || strings.Contains(rep.Stdout, "WORKED") {
+		t.Fatalf("stdout:\n%s\nstderr:\n%s", rep.Stdout, rep.Stderr)
+	}
+	if deniedHits.Load() != 0 {
+		t.Fatalf("the denied server received %d connections", deniedHits.Load())
+	}
+	if allowedHits.Load() == 0 {
+		t.Fatal("the allowed server received nothing")
+	}
+	found := false
+	for _, d := range rep.Denials {
+		if d.Layer == "net" && d.Rule == "net_hosts" && strings.Contains(d.Target, portOf(denied)) {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no net denial in the report: %+v", rep.Denials)
+	}
+	if rep.Usage.Ops == 0 {
+		t.Error("egress requests did not charge max_ops")
+	}
+}
+
+// serve starts an HTTP server on 127.0.0.1 that counts accepted connections.
+func serve(t *testing.T, hits *atomic.Int32, body string) string {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(body))
+	}), ConnState: func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			hits.Add(1)
+		}
+	}}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+func portOf(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
