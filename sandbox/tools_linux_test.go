@@ -141,4 +141,3 @@ func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
 }
-
