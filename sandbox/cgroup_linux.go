@@ -18,6 +18,7 @@ var janitorOnce sync.Once
 // limits is the cgroup side of one run: the group (nil when the policy
 // accepted running without one) and the downgrades taken.
 type limits struct {
+	done       sync.Once // finish runs once
 	group      *cgroup.Group
 	host       cgroup.Host
 	downgrades []string
@@ -91,11 +92,16 @@ func (l *limits) watch(r *run, stop <-chan struct{}, kill func()) {
 	}
 }
 
-// finish records usage and late halts, then removes the group.
+// finish records usage and late halts, then removes the group. Only the
+// first call does anything.
 func (l *limits) finish(r *run) {
 	if l.group == nil {
 		return
 	}
+	l.done.Do(func() { l.finishOnce(r) })
+}
+
+func (l *limits) finishOnce(r *run) {
 	if ev, err := l.group.Events(); err == nil && ev.OOMKills > 0 {
 		r.halt(budget.MaxMemory, "a process reached max_memory and was killed by the kernel")
 	}

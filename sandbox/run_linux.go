@@ -214,7 +214,11 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 	defer kill()
 	stopWatch := make(chan struct{})
 	var stopOnce sync.Once
-	stop := func() { stopOnce.Do(func() { close(stopWatch) }) }
+	var watching sync.WaitGroup
+	stop := func() {
+		stopOnce.Do(func() { close(stopWatch) })
+		watching.Wait() // the watcher must not read the group while it is destroyed
+	}
 	defer func() {
 		stop()
 		kill()
@@ -228,7 +232,11 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 			r.fail(fmt.Errorf("cgroup: %w", err))
 			return
 		}
-		go lim.watch(r, stopWatch, kill)
+		watching.Add(1)
+		go func() {
+			defer watching.Done()
+			lim.watch(r, stopWatch, kill)
+		}()
 	}
 
 	if err := json.NewEncoder(planW).Encode(pl); err != nil {
@@ -329,7 +337,6 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 		(exitMsg != nil && exitMsg.Signal == int(unix.SIGXCPU)) {
 		r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
 	}
-	lim.group = nil
 	if h := r.meter.HaltedBy(); h != "" {
 		s := string(h)
 		r.report.HaltedBy = &s

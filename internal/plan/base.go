@@ -90,6 +90,10 @@ func (pl *Plan) String() string {
 	b.WriteString("\nnetwork (empty network namespace: only lo):\n")
 	if pl.Proxy {
 		fmt.Fprintf(&b, "  egress proxy at 127.0.0.1:%d (HTTP, CONNECT) and 127.0.0.1:%d (SOCKS5), served from outside; net_hosts decides every connection\n", HTTPProxyPort, SOCKSProxyPort)
+		for _, h := range pl.NetHosts {
+			fmt.Fprintf(&b, "  allow    %-40s [net_hosts]\n", h)
+		}
+		b.WriteString("  everything else, and any name that resolves to a private, loopback or metadata address not listed exactly, is refused before a connection is made\n")
 		fmt.Fprintf(&b, "  landlock: TCP connect only to ports %v\n", pl.ConnectPorts)
 	} else {
 		b.WriteString("  no net_hosts: no way out at all (no proxy, no DNS, TCP connect denied by landlock)\n")
@@ -125,7 +129,11 @@ func (m Mount) describe() string {
 		if m.Source != m.Target {
 			src = "  <- " + m.Source
 		}
-		return fmt.Sprintf("%-7s %-34s %s,nosuid,nodev%s%s  [%s]", m.Kind, m.Target, mode, exec, src, m.Origin)
+		nodev := ",nodev"
+		if strings.HasPrefix(m.Target, "/dev/") {
+			nodev = "" // a device node is only useful on a mount that allows devices
+		}
+		return fmt.Sprintf("%-7s %-34s %s,nosuid%s%s%s  [%s]", m.Kind, m.Target, mode, nodev, exec, src, m.Origin)
 	case KindTmpfs:
 		return fmt.Sprintf("%-7s %-34s rw,nosuid,nodev,noexec,size=%d  [%s]", m.Kind, m.Target, m.Size, m.Origin)
 	case KindSymlink:

@@ -112,6 +112,8 @@ type Plan struct {
 	ConnectPorts []uint16 `json:"connect_ports"`
 	// Proxy says whether egress listeners are created (net_hosts not empty).
 	Proxy bool `json:"proxy"`
+	// NetHosts are the net_hosts entries the proxy admits (for explain).
+	NetHosts []string `json:"net_hosts,omitempty"`
 	// RequireLandlock is false only when the policy accepts the downgrade.
 	RequireLandlock bool `json:"require_landlock"`
 	// Rlimits applied before execve.
@@ -254,7 +256,10 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	pl.Cwd = cwd
 	pl.Argv = append([]string{cmdPath}, req.Argv[1:]...)
 	pl.Env = environment(p, h)
-	if len(p.NetHosts()) > 0 {
+	for _, h := range p.NetHosts() {
+		pl.NetHosts = append(pl.NetHosts, h.String())
+	}
+	if len(pl.NetHosts) > 0 {
 		pl.Proxy = true
 		pl.ConnectPorts = []uint16{HTTPProxyPort, SOCKSProxyPort}
 		pl.Env = append(pl.Env, proxyEnv()...)

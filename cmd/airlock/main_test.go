@@ -1,0 +1,355 @@
+//go:build linux
+
+// The run tests need internal/airtest's Linux probes; the CLI as a whole
+// only does something useful on Linux.
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// airlockBin is the binary built once by TestMain.
+var airlockBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "airlock-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	airlockBin = filepath.Join(dir, "airlock")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// go test puts $GOROOT/bin first on PATH.
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", airlockBin, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build -o %s .: %v\n%s", airlockBin, err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// result is what one airlock invocation did.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// airlock runs the built binary in dir ("" for the package directory)
+// with a bounded time and returns its output and exit status.
+func airlock(t *testing.T, dir string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, airlockBin, args...)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("airlock %q: did not finish within 60s\nstdout:\n%s\nstderr:\n%s", args, r.stdout, r.stderr)
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("airlock %q: %v", args, err)
+	}
+	return r
+}
+
+func writeFile(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPolicyCheck drives `airlock policy check` over broken, valid and
+// missing files.
+func TestPolicyCheck(t *testing.T) {
+	dir := t.TempDir()
+	// Two problems: an unknown key at 3:1 and a bad duration at 5:13.
+	writeFile(t, dir, "bad.yaml", "version: 1\nfs_read: [./data]\ncolour: blue\nbudget:\n  max_wall: 10 parsecs\n")
+	writeFile(t, dir, "ok.yaml", "version: 1 # grants nothing\nfs_read: [./data]\n")
+
+	t.Run("invalid", func(t *testing.T) {
+		r := airlock(t, dir, "policy", "check", "bad.yaml")
+		if r.code != 1 {
+			t.Errorf("policy check bad.yaml: exit %d, want 1\nstderr:\n%s", r.code, r.stderr)
+		}
+		if r.stdout != "" {
+			t.Errorf("policy check bad.yaml: stdout = %q, want nothing", r.stdout)
+		}
+		lineRE := regexp.MustCompile(`^bad\.yaml:(\d+):(\d+): (.+)$`)
+		var got []string
+		for _, line := range strings.Split(strings.TrimRight(r.stderr, "\n"), "\n") {
+			m := lineRE.FindStringSubmatch(line)
+			if m == nil {
+				t.Errorf("stderr line %q is not FILE:LINE:COL: message", line)
+				continue
+			}
+			got = append(got, m[1]+":"+m[2])
+			switch m[1] + ":" + m[2] {
+			case "3:1":
+				if !strings.Contains(m[3], "colour") {
+					t.Errorf("error at 3:1 = %q, want it to name the key colour", m[3])
+				}
+			case "5:13":
+				if !strings.Contains(m[3], "max_wall") || !strings.Contains(m[3], "10 parsecs") {
+					t.Errorf("error at 5:13 = %q, want it to name max_wall and the value", m[3])
+				}
+			}
+		}
+		if want := []string{"3:1", "5:13"}; !slices.Equal(got, want) {
+			t.Errorf("policy check bad.yaml: error positions = %v, want %v\nstderr:\n%s", got, want, r.stderr)
+		}
+	})
+
+	t.Run("valid", func(t *testing.T) {
+		r := airlock(t, dir, "policy", "check", "ok.yaml")
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("policy check ok.yaml: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+		}
+		if !strings.HasPrefix(r.stdout, "ok.yaml: ") || strings.Count(r.stdout, "\n") != 1 || !strings.HasSuffix(r.stdout, "\n") {
+			t.Errorf("policy check ok.yaml: stdout = %q, want one line starting with \"ok.yaml: \"", r.stdout)
+		}
+		if !strings.Contains(r.stdout, "1 fs_read") {
+			t.Errorf("policy check ok.yaml: summary %q does not count the fs_read grant", r.stdout)
+		}
+	})
+
+	t.Run("missing", func(t *testing.T) {
+		r := airlock(t, dir, "policy", "check", "nope.yaml")
+		if r.code == 0 {
+			t.Errorf("policy check nope.yaml: exit 0, want non-zero")
+		}
+		if !strings.Contains(r.stderr, "nope.yaml") || !strings.Contains(r.stderr, "no such file") {
+			t.Errorf("policy check nope.yaml: stderr = %q, want the file name and \"no such file\"", r.stderr)
+		}
+	})
+
+	usage := []struct {
+		name string
+		args []string
+	}{
+		{"no-subcommand", []string{"policy"}},
+		{"no-file", []string{"policy", "check"}},
+		{"two-files", []string{"policy", "check", "ok.yaml", "bad.yaml"}},
+		{"unknown-subcommand", []string{"policy", "lint", "ok.yaml"}},
+	}
+	for _, tt := range usage {
+		t.Run(tt.name, func(t *testing.T) {
+			if r := airlock(t, dir, tt.args...); r.code != 2 || !strings.Contains(r.stderr, "usage:") {
+				t.Errorf("airlock %q: exit %d, stderr %q; want 2 and a usage message", tt.args, r.code, r.stderr)
+			}
+		})
+	}
+}
+
+// TestExplainExamples checks that `airlock explain` accepts every shipped
+// example and shows each of its grants. Grants naming folders that do
+// not exist here (./data, /work/out) must not stop it.
+func TestExplainExamples(t *testing.T) {
+	examples, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(examples) == 0 {
+		t.Fatal("no examples/*.yaml found")
+	}
+	for _, file := range examples {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".yaml"), func(t *testing.T) {
+			abs, err := filepath.Abs(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(abs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := policy.Parse(data, policy.ParseOptions{File: abs, BaseDir: filepath.Dir(abs)})
+			if err != nil {
+				t.Fatalf("policy.Parse(%s): %v", file, err)
+			}
+			// explain resolves allowed_tools on the host to plan their
+			// mounts, so a missing interpreter is an environment problem.
+			for _, tool := range p.AllowedTools() {
+				if !toolInstalled(tool) {
+					airtest.SkipOrFail(t, "allowed tool %q of %s is not installed on this host", tool, file)
+				}
+			}
+
+			r := airlock(t, "", "explain", "--policy", abs)
+			if r.code != 0 {
+				t.Fatalf("explain --policy %s: exit %d\nstderr:\n%s", file, r.code, r.stderr)
+			}
+			lines := strings.Split(r.stdout, "\n")
+			hasLine := func(parts ...string) bool {
+				return slices.ContainsFunc(lines, func(l string) bool {
+					for _, part := range parts {
+						if !strings.Contains(l, part) {
+							return false
+						}
+					}
+					return true
+				})
+			}
+			if want := "policy:   " + p.Summary(); lines[0] != want {
+				t.Errorf("explain first line = %q, want %q", lines[0], want)
+			}
+			for _, path := range p.FSRead() {
+				if !hasLine(" "+path+" ", "[fs_read]") {
+					t.Errorf("explain does not show fs_read %s", path)
+				}
+			}
+			for _, path := range p.FSWrite() {
+				if !hasLine(" "+path+" ", "[fs_write]") {
+					t.Errorf("explain does not show fs_write %s", path)
+				}
+			}
+			for _, tool := range p.AllowedTools() {
+				name := tool
+				if !filepath.IsAbs(tool) {
+					name = "/" + tool // as the tail of its resolved path
+				}
+				if !hasLine(name+" ", "[allowed_tools]") {
+					t.Errorf("explain does not show allowed tool %s", tool)
+				}
+			}
+			for _, env := range p.Env() {
+				want := env.Name + "="
+				if env.HasValue {
+					want += env.Value
+				}
+				if !hasLine("  " + want) {
+					t.Errorf("explain does not show env %s", want)
+				}
+			}
+			for _, host := range p.NetHosts() {
+				if !hasLine(host.String()) {
+					t.Errorf("explain does not show net_hosts entry %s", host)
+				}
+			}
+		})
+	}
+}
+
+// toolInstalled reports whether an allowed_tools entry names an
+// executable on the host, on the sandbox's default PATH.
+func toolInstalled(tool string) bool {
+	if filepath.IsAbs(tool) {
+		_, err := os.Stat(tool)
+		return err == nil
+	}
+	for _, dir := range []string{"/usr/local/bin", "/usr/bin", "/bin"} {
+		if fi, err := os.Stat(filepath.Join(dir, tool)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestExitCodes checks the exit status and messages of the CLI's own
+// outcomes, none of which starts a sandbox.
+func TestExitCodes(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		wantStdout string // substring; "" means stdout must be empty
+		wantStderr []string
+	}{
+		{"version", []string{"version"}, 0, "airlock ", nil},
+		{"help", []string{"help"}, 0, "usage:", nil},
+		{"no-command", nil, 2, "", []string{"usage:"}},
+		{"unknown-command", []string{"frobnicate"}, 2, "", []string{`unknown command "frobnicate"`, "usage:"}},
+		{"run-without-command", []string{"run"}, 125, "", []string{"no command given"}},
+		{"run-only-dashes", []string{"run", "--"}, 125, "", []string{"no command given"}},
+		// The command would print "started" if it ran.
+		{"run-bad-max-wall", []string{"run", "--max-wall", "bogus", "--", "/bin/sh", "-c", "echo started"}, 125, "", []string{"--max-wall", "bogus", "nothing was started"}},
+		{"run-bad-max-memory", []string{"run", "--max-memory", "lots", "--", "/bin/sh", "-c", "echo started"}, 125, "", []string{"--max-memory", "nothing was started"}},
+		{"run-unknown-flag", []string{"run", "--no-such-flag", "--", "/bin/sh", "-c", "echo started"}, 125, "", []string{"no-such-flag"}},
+		{"run-missing-policy", []string{"run", "--policy", "/nonexistent/p.yaml", "--", "/bin/sh", "-c", "echo started"}, 125, "", []string{"/nonexistent/p.yaml", "nothing was started"}},
+		{"explain-unknown-flag", []string{"explain", "--no-such-flag"}, 2, "", []string{"no-such-flag"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := airlock(t, t.TempDir(), tt.args...)
+			if r.code != tt.code {
+				t.Errorf("airlock %q: exit %d, want %d\nstderr:\n%s", tt.args, r.code, tt.code, r.stderr)
+			}
+			if tt.wantStdout == "" && r.stdout != "" {
+				t.Errorf("airlock %q: stdout = %q, want nothing", tt.args, r.stdout)
+			}
+			if !strings.Contains(r.stdout, tt.wantStdout) {
+				t.Errorf("airlock %q: stdout = %q, want it to contain %q", tt.args, r.stdout, tt.wantStdout)
+			}
+			for _, want := range tt.wantStderr {
+				if !strings.Contains(r.stderr, want) {
+					t.Errorf("airlock %q: stderr = %q, want it to contain %q", tt.args, r.stderr, want)
+				}
+			}
+		})
+	}
+}
+
+// TestRunJSON starts real sandboxes and checks the JSON report and that
+// airlock exits with the command's status.
+func TestRunJSON(t *testing.T) {
+	airtest.RequireUserNS(t)
+	airtest.RequireLandlockABI(t, 4)
+	tests := []struct {
+		name   string
+		script string
+		code   int
+		stdout string
+	}{
+		{"echo", "echo hi", 0, "hi\n"},
+		{"exit-3", "exit 3", 3, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"run", "--json", "--", "/bin/sh", "-c", tt.script}
+			r := airlock(t, t.TempDir(), args...)
+			if r.code != tt.code {
+				t.Errorf("airlock %q: exit %d, want %d\nstderr:\n%s", args, r.code, tt.code, r.stderr)
+			}
+			var rep map[string]any
+			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+				t.Fatalf("airlock %q: report is not JSON: %v\nstdout:\n%s\nstderr:\n%s", args, err, r.stdout, r.stderr)
+			}
+			if got, ok := rep["exit_code"].(float64); !ok || got != float64(tt.code) {
+				t.Errorf("report exit_code = %v, want %d", rep["exit_code"], tt.code)
+			}
+			if got := rep["stdout"]; got != tt.stdout {
+				t.Errorf("report stdout = %q, want %q", got, tt.stdout)
+			}
+			if got := rep["halted_by"]; got != nil {
+				t.Errorf("report halted_by = %v, want null", got)
+			}
+		})
+	}
+}
