@@ -43,9 +43,14 @@ func run() int {
 	for _, fd := range []int{PlanFD, ControlFD} {
 		unix.CloseOnExec(fd)
 	}
-	_ = unix.CloseRange(ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) // best effort: Go opens everything O_CLOEXEC anyway
-
-	code, err := setupAndRun()
+	var code int
+	var err error
+	if cerr := unix.CloseRange(ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); cerr != nil {
+		// Fail closed: an fd the supervisor leaked could reach the command.
+		err = fail("close inherited fds", cerr)
+	} else {
+		code, err = setupAndRun()
+	}
 	if err != nil {
 		var se *stageError
 		stage := "init"
