@@ -5,25 +5,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/audit"
-	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/plan"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -133,148 +126,19 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	planR, planW, err := os.Pipe()
-	if err != nil {
-		r.fail(fmt.Errorf("plan pipe: %w", err))
-		return
-	}
-	defer planR.Close()
-	defer planW.Close()
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		r.fail(fmt.Errorf("control socket: %w", err))
-		return
-	}
-	ctl := pair[0]
-	child := os.NewFile(uintptr(pair[1]), "control")
-	defer unix.Close(ctl)
-	defer child.Close()
-
-	lim, err := newLimits(r.c.Policy, r.sink)
+	stdout := &capture{r: r, tee: r.c.Stdout, halted: make(chan struct{}, 1)}
+	stderr := &capture{r: r, tee: r.c.Stderr, halted: make(chan struct{}, 1)}
+	ip, err := startInit(r, pl, r.c.Stdin, stdout, stderr)
 	if err != nil {
 		r.fail(err)
 		return
 	}
-	r.report.Enforcement.Downgrades = lim.downgrades
-	if lim.group != nil {
-		r.report.Enforcement.Cgroup = lim.host.Version
-	}
+	defer ip.shutdown(r)
 
-	exe := r.c.Executable
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
-	root := os.Geteuid() == 0
-	id := os.Getuid()
-	gid := os.Getgid()
-	if root {
-		id = hostID()
-		gid = id
-	}
-	stdout := &capture{r: r, tee: r.c.Stdout, halted: make(chan struct{}, 1)}
-	stderr := &capture{r: r, tee: r.c.Stderr, halted: make(chan struct{}, 1)}
-	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{nsinit.Arg0},
-		Env:        []string{},
-		Stdin:      r.c.Stdin,
-		Stdout:     stdout,
-		Stderr:     stderr,
-		ExtraFiles: []*os.File{planR, child},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 cloneFlags,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: root,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}, NoSetGroups: !root},
-			Pdeathsig:                  unix.SIGKILL,
-			Setsid:                     true,
-		},
-		WaitDelay: time.Second,
-	}
-	if lim.group != nil {
-		if fd, ok := lim.group.UnifiedFD(); ok {
-			// CLONE_INTO_CGROUP: the init is in the group from its first instruction.
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		lim.finish(r)
-		r.fail(fmt.Errorf("start sandbox init: %w (are user namespaces enabled? see airlock doctor)", err))
-		return
-	}
-	child.Close()
-	planR.Close()
-	var killOnce sync.Once
-	kill := func() {
-		killOnce.Do(func() {
-			_ = cmd.Process.Kill() // pid 1 of the namespace: the kernel kills every process in it
-		})
-	}
-	defer kill()
-	stopWatch := make(chan struct{})
-	var stopOnce sync.Once
-	var watching sync.WaitGroup
-	stop := func() {
-		stopOnce.Do(func() { close(stopWatch) })
-		watching.Wait() // the watcher must not read the group while it is destroyed
-	}
-	defer func() {
-		stop()
-		kill()
-		_ = cmd.Wait() // reaps the init if an early return left it running
-		lim.finish(r)
-	}()
-	if lim.group != nil {
-		// The init waits for "go" before it forks anything, so adding it to
-		// the v1 hierarchies now leaves no window.
-		if err := lim.group.Add(cmd.Process.Pid); err != nil {
-			r.fail(fmt.Errorf("cgroup: %w", err))
-			return
-		}
-		watching.Add(1)
-		go func() {
-			defer watching.Done()
-			lim.watch(r, stopWatch, kill)
-		}()
-	}
-
-	if err := json.NewEncoder(planW).Encode(pl); err != nil {
-		r.fail(fmt.Errorf("send plan: %w", err))
-		return
-	}
-	planW.Close()
-
-	var idmapFDs []int
-	if root {
-		idmapFDs, err = idmapGrants(cmd.Process.Pid, pl)
-		if err != nil {
-			r.fail(err)
-			return
-		}
-	}
-	err = nsinit.Send(ctl, nsinit.Message{Type: "go", IDMaps: len(idmapFDs)}, idmapFDs...)
-	for _, fd := range idmapFDs {
-		unix.Close(fd)
-	}
-	if err != nil {
-		r.fail(fmt.Errorf("start sandbox: %w", err))
-		return
-	}
-
-	var proxy *egress.Proxy
-	msgs := make(chan nsinit.Message, 8)
-	go r.readControl(ctl, msgs, &proxy)
-
-	deadline := r.meter.Deadline()
-	timer := time.NewTimer(time.Until(deadline))
+	timer := time.NewTimer(time.Until(r.meter.Deadline()))
 	defer timer.Stop()
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
-
-	var exitMsg *nsinit.Message
-	var stageErr *nsinit.Message
-	live := (<-chan nsinit.Message)(msgs)
+	var exitMsg, stageErr *nsinit.Message
+	live := (<-chan nsinit.Message)(ip.msgs)
 	for {
 		select {
 		case m, ok := <-live:
@@ -288,33 +152,30 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 			case "error":
 				stageErr = &m
 			case "ready":
-				r.report.Enforcement.Landlock = m.Landlock
-				r.report.Enforcement.Namespaces = true
-				r.report.Enforcement.Seccomp = true
+				r.ready(m)
 			}
 			continue
 		case <-timer.C:
 			r.halt(budget.MaxWall, "the run passed max_wall and was killed with everything it started")
-			kill()
+			ip.kill()
 			continue
 		case <-ctx.Done():
 			r.halt("", "the caller cancelled the run")
-			kill()
+			ip.kill()
 			continue
 		case <-stdout.halted:
-			kill()
+			ip.kill()
 			continue
 		case <-stderr.halted:
-			kill()
+			ip.kill()
 			continue
-		case err := <-waitErr:
-			_ = err // the status is read from ProcessState and the control messages
+		case <-ip.exited:
 		}
 		break
 	}
 	// Drain control messages that raced with the exit: readControl closes
 	// msgs when the init's end of the socket is gone.
-	for m := range msgs {
+	for m := range ip.msgs {
 		switch m.Type {
 		case "exit":
 			exitMsg = &m
@@ -322,26 +183,19 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 			stageErr = &m
 		}
 	}
-	if proxy != nil {
-		_ = proxy.Close() // tunnels end with the sandbox
-	}
 	r.report.Stdout, r.report.StdoutTruncated = stdout.result()
 	r.report.Stderr, r.report.StderrTruncated = stderr.result()
-	r.report.Usage.CPUMS = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Milliseconds()
+	ps := ip.cmd.ProcessState
+	r.report.Usage.CPUMS = (ps.UserTime() + ps.SystemTime()).Milliseconds()
+	ip.shutdown(r)
 
-	stop()
-	lim.finish(r)
 	// Without a cgroup (an accepted downgrade) RLIMIT_CPU still holds; the
 	// init's rusage includes every process it reaped.
 	if maxCPU := r.c.Policy.Budget().CPU; r.report.Usage.CPUMS >= maxCPU.Milliseconds() ||
 		(exitMsg != nil && exitMsg.Signal == int(unix.SIGXCPU)) {
 		r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
 	}
-	if h := r.meter.HaltedBy(); h != "" {
-		s := string(h)
-		r.report.HaltedBy = &s
-		r.report.ExitCode = 124
-		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Halt, Layer: audit.LayerBudget, Rule: s, Message: r.haltMessage(), Suggestion: "raise " + s + " in the policy's budget if the work needs more"})
+	if r.reportHalt() {
 		return
 	}
 	switch {
@@ -349,18 +203,43 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 		r.report.ExitCode = 125
 		r.report.Error = "sandbox setup failed at " + stageErr.Stage + ": " + stageErr.Error + " (nothing was started)"
 	case exitMsg != nil:
-		r.report.ExitCode = exitMsg.Code
-		if exitMsg.Signal != 0 {
-			s := exitMsg.Signal
-			r.report.Signal = &s
-		}
-		if exitMsg.Error != "" {
-			r.report.Error = exitMsg.Error
-			r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerExec, Op: "exec", Target: pl.Argv[0], Rule: policy.AllowedTools.String(), Message: exitMsg.Error})
-		}
+		r.exitStatus(*exitMsg, pl.Argv[0])
 	default:
 		r.report.ExitCode = 125
-		r.report.Error = "sandbox init died without reporting: " + cmd.ProcessState.String()
+		r.report.Error = "sandbox init died without reporting: " + ps.String()
+	}
+}
+
+// ready records what the init enforced.
+func (r *run) ready(m nsinit.Message) {
+	r.report.Enforcement.Landlock = m.Landlock
+	r.report.Enforcement.Namespaces = true
+	r.report.Enforcement.Seccomp = true
+}
+
+// reportHalt fills halted_by and exit 124 when a budget halted the run.
+func (r *run) reportHalt() bool {
+	h := r.meter.HaltedBy()
+	if h == "" {
+		return false
+	}
+	s := string(h)
+	r.report.HaltedBy = &s
+	r.report.ExitCode = 124
+	r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Halt, Layer: audit.LayerBudget, Rule: s, Message: r.haltMessage(), Suggestion: "raise " + s + " in the policy's budget if the work needs more"})
+	return true
+}
+
+// exitStatus fills the report from the init's exit message for a command.
+func (r *run) exitStatus(m nsinit.Message, argv0 string) {
+	r.report.ExitCode = m.Code
+	if m.Signal != 0 {
+		s := m.Signal
+		r.report.Signal = &s
+	}
+	if m.Error != "" {
+		r.report.Error = m.Error
+		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerExec, Op: "exec", Target: argv0, Rule: policy.AllowedTools.String(), Message: m.Error, Suggestion: "add " + strconv.Quote(argv0) + " to allowed_tools if it should run"})
 	}
 }
 
@@ -384,78 +263,6 @@ func (r *run) haltMessage() string {
 func (r *run) fail(err error) {
 	r.report.ExitCode = 125
 	r.report.Error = err.Error()
-}
-
-// idmapGrants clones every grant with an idmapping through the child's user
-// namespace, so files the sandbox writes belong to the caller on disk.
-func idmapGrants(pid int, pl *plan.Plan) ([]int, error) {
-	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
-	}
-	defer unix.Close(ns)
-	var fds []int
-	for _, m := range pl.Mounts {
-		if m.Kind != plan.KindBind || !m.IDMap {
-			continue
-		}
-		fd, err := mount.Clone(m, ns)
-		if err != nil {
-			for _, f := range fds {
-				unix.Close(f)
-			}
-			return nil, err
-		}
-		fds = append(fds, fd)
-	}
-	return fds, nil
-}
-
-// readControl forwards the init's messages and serves the proxy listeners.
-func (r *run) readControl(ctl int, out chan<- nsinit.Message, proxy **egress.Proxy) {
-	defer close(out)
-	for {
-		m, fds, err := nsinit.Recv(ctl)
-		if err != nil {
-			return
-		}
-		if m.Type == "listeners" {
-			r.serveProxy(fds, proxy)
-			continue
-		}
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		out <- m
-	}
-}
-
-func (r *run) serveProxy(fds []int, proxy **egress.Proxy) {
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
-	if len(fds) != 2 {
-		r.log.Error("egress: expected 2 listener fds", "got", len(fds))
-		return
-	}
-	p, err := egress.New(egress.Config{Policy: r.c.Policy, Meter: r.meter, Audit: r.sink, Resolver: r.c.Resolver, Dialer: r.c.Dialer, Logger: r.log})
-	if err != nil {
-		r.log.Error("egress", "err", err)
-		return
-	}
-	*proxy = p
-	for i, serve := range []func(net.Listener) error{p.ServeHTTPProxy, p.ServeSOCKS5} {
-		f := os.NewFile(uintptr(fds[i]), "egress")
-		l, err := net.FileListener(f)
-		f.Close()
-		if err != nil {
-			r.log.Error("egress listener", "err", err)
-			continue
-		}
-		go func() { _ = serve(l) }() // returns when Close closes the listener
-	}
 }
 
 // capture keeps one output stream up to the meter's output cap.
