@@ -230,3 +230,29 @@ print(bad); sys.exit(1 if bad else 0)`, port, os.Getpid()))
 	default:
 	}
 }
+
+// TestAttackProcMasked: /proc entries that describe the host kernel are
+// empty inside the sandbox.
+func TestAttackProcMasked(t *testing.T) {
+	requireSandbox(t)
+	rep := py(t, policy.Spec{}, `
+import os, sys
+bad = []
+for p in ["/proc/kallsyms", "/proc/timer_list", "/proc/keys", "/proc/kcore", "/proc/sched_debug"]:
+    try:
+        with open(p, "rb") as f:
+            data = f.read(64)
+        if data:
+            bad.append(p)
+    except OSError:
+        pass
+for d in ["/proc/acpi", "/proc/scsi"]:
+    if os.path.isdir(d) and os.listdir(d):
+        bad.append(d)
+try:
+    open("/proc/sysrq-trigger", "w").write("h"); bad.append("sysrq-trigger writable")
+except OSError:
+    pass
+print(bad); sys.exit(1 if bad else 0)`)
+	wantExit(t, rep, 0)
+}

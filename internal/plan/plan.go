@@ -120,6 +120,8 @@ type Plan struct {
 	Rlimits []Rlimit `json:"rlimits"`
 	// Tools are the executables visible in the sandbox (inside paths).
 	Tools []string `json:"tools"`
+	// Session makes the init wait for exec requests instead of running Argv.
+	Session bool `json:"session,omitempty"`
 }
 
 // Rlimit is one resource limit; Resource is the name from getrlimit(2).
@@ -156,6 +158,9 @@ type Request struct {
 	// CommandIsGranted makes the command executable even when it is not in
 	// allowed_tools (the CLI: the operator named it). Sessions leave it false.
 	CommandIsGranted bool
+	// Session compiles a long-lived sandbox with no command: each exec
+	// names an allowed tool. Argv must be empty.
+	Session bool
 }
 
 // ErrBadRequest wraps problems with the request (not the policy).
@@ -164,10 +169,13 @@ var ErrBadRequest = errors.New("plan: bad request")
 // Compile turns a policy and a request into a plan. It fails when a tool
 // cannot be found or the working directory is outside the grants.
 func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
-	if len(req.Argv) == 0 || req.Argv[0] == "" {
+	if req.Session && (len(req.Argv) > 0 || req.CommandIsGranted) {
+		return nil, fmt.Errorf("%w: a session has no command; each exec names an allowed tool", ErrBadRequest)
+	}
+	if !req.Session && (len(req.Argv) == 0 || req.Argv[0] == "") {
 		return nil, fmt.Errorf("%w: no command given: put it after --", ErrBadRequest)
 	}
-	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock)}
+	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session}
 	lim := p.Budget()
 
 	base, err := systemBase(h)
@@ -198,17 +206,19 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		}
 		return inside, nil
 	}
-	cmdAllowed := req.CommandIsGranted || p.AllowsTool(req.Argv[0])
-	if !cmdAllowed {
-		return nil, &policy.DenyError{Cap: policy.AllowedTools, Op: "exec", Subject: req.Argv[0], Reason: req.Argv[0] + " is not in allowed_tools"}
-	}
-	origin := OriginTool
-	if req.CommandIsGranted && !p.AllowsTool(req.Argv[0]) {
-		origin = OriginCommand
-	}
-	cmdPath, err := addTool(req.Argv[0], origin)
-	if err != nil {
-		return nil, fmt.Errorf("command %q: %w", req.Argv[0], err)
+	var cmdPath string
+	if !req.Session {
+		if !req.CommandIsGranted && !p.AllowsTool(req.Argv[0]) {
+			return nil, &policy.DenyError{Cap: policy.AllowedTools, Op: "exec", Subject: req.Argv[0], Reason: req.Argv[0] + " is not in allowed_tools"}
+		}
+		origin := OriginTool
+		if req.CommandIsGranted && !p.AllowsTool(req.Argv[0]) {
+			origin = OriginCommand
+		}
+		var err error
+		if cmdPath, err = addTool(req.Argv[0], origin); err != nil {
+			return nil, fmt.Errorf("command %q: %w", req.Argv[0], err)
+		}
 	}
 	for _, n := range names {
 		if _, err := addTool(n, OriginTool); err != nil {
@@ -254,7 +264,9 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		return nil, err
 	}
 	pl.Cwd = cwd
-	pl.Argv = append([]string{cmdPath}, req.Argv[1:]...)
+	if !req.Session {
+		pl.Argv = append([]string{cmdPath}, req.Argv[1:]...)
+	}
 	pl.Env = environment(p, h)
 	for _, h := range p.NetHosts() {
 		pl.NetHosts = append(pl.NetHosts, h.String())

@@ -193,7 +193,7 @@ func (b *Builder) proc(target string) error {
 	if err := unix.Mount("proc", target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount proc: %w", err)
 	}
-	for _, p := range []string{"sys", "sysrq-trigger", "irq", "bus", "fs", "acpi", "scsi"} {
+	for _, p := range []string{"sys", "irq", "bus", "fs"} {
 		full := target + "/" + p
 		if _, err := os.Lstat(full); err != nil {
 			continue
@@ -203,6 +203,31 @@ func (b *Builder) proc(target string) error {
 		}
 		if err := unix.Mount("", full, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 			return fmt.Errorf("make /proc/%s read-only: %w", p, err)
+		}
+	}
+	return maskProc(target)
+}
+
+// maskProc hides the /proc entries that describe the host kernel rather
+// than the sandbox (the list runc masks): files get /dev/null bound over
+// them, directories an empty read-only tmpfs.
+//
+// Preconditions:
+//   - the host's /dev/null is still reachable (before pivot_root)
+func maskProc(target string) error {
+	for _, p := range []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "kallsyms", "kmsg", "sysrq-trigger", "acpi", "scsi", "firmware"} {
+		full := target + "/" + p
+		fi, err := os.Lstat(full)
+		if err != nil {
+			continue
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", full, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
+		} else {
+			err = unix.Mount("/dev/null", full, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("mask /proc/%s: %w", p, err)
 		}
 	}
 	return nil

@@ -100,6 +100,9 @@ func setupAndRun() (int, error) {
 	if err := Send(ControlFD, Message{Type: "ready", Landlock: abi}); err != nil {
 		return 0, fail("report ready", err)
 	}
+	if pl.Session {
+		return serveSession(pl)
+	}
 	return startAndReap(pl)
 }
 

@@ -36,13 +36,26 @@ type Message struct {
 	Error    string `json:"error,omitempty"`
 	IDMaps   int    `json:"idmaps,omitempty"`   // go: number of idmapped grant fds attached
 	Landlock int    `json:"landlock,omitempty"` // ready: the Landlock ABI enforced, 0 = none
+
+	// Session mode: "exec" carries a command with stdin, stdout and stderr
+	// attached; "started", "exit" and "kill" name it by ID.
+	ID   string   `json:"id,omitempty"`
+	Argv []string `json:"argv,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	Cwd  string   `json:"cwd,omitempty"`
 }
+
+// maxMessage bounds one control message (an exec's argv and env).
+const maxMessage = 128 << 10
 
 // Send writes m with fds attached.
 func Send(sock int, m Message, fds ...int) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
+	}
+	if len(b) > maxMessage {
+		return fmt.Errorf("control message of %d bytes exceeds %d: shorten the command line or pass data through a file", len(b), maxMessage)
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -53,7 +66,7 @@ func Send(sock int, m Message, fds ...int) error {
 
 // Recv reads one message and the fds attached to it.
 func Recv(sock int) (Message, []int, error) {
-	buf := make([]byte, 64<<10)
+	buf := make([]byte, maxMessage)
 	oob := make([]byte, unix.CmsgSpace(64*4))
 	n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {

@@ -1,0 +1,343 @@
+package doctor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+)
+
+// Facts are the raw results of probing one host. Evaluate turns them into
+// a Report; tests build Facts by hand to describe hosts they do not have.
+// The zero Facts describes a host with nothing: every layer is refused.
+type Facts struct {
+	// Kernel is the uname(2) release, e.g. "6.18.4"; "" when unknown.
+	Kernel string
+
+	// Root reports whether airlock runs with euid 0.
+	Root bool
+
+	// UserNS is the outcome of creating a process in the namespaces every
+	// sandbox gets (user, mount, pid, net, ipc, uts, cgroup) as this user.
+	// Nil means it worked.
+	UserNS error
+
+	// UnprivilegedUserNS is the outcome of an unprivileged user creating a
+	// user namespace. Nil means it worked. For a non-root caller it is the
+	// same as UserNS.
+	UnprivilegedUserNS error
+
+	// LandlockABI is the kernel's Landlock ABI version; 0 when Landlock is
+	// absent, with the reason in LandlockErr.
+	LandlockABI int
+	LandlockErr error
+
+	// Seccomp is nil when seccomp filter mode offers every action the
+	// airlock filter returns.
+	Seccomp error
+
+	// Cgroup is the layout cgroup.Detect found; CgroupErr is its error.
+	Cgroup    cgroup.Host
+	CgroupErr error
+
+	// CgroupWritable maps memory and pids to nil when the supervisor may
+	// create a group in that controller's hierarchy, or to the reason it
+	// may not. A controller absent from the map was not checked: it is
+	// treated as unusable.
+	CgroupWritable map[string]error
+
+	// Audit says whether the kernel audit log can be read.
+	Audit Audit
+
+	// IDMap is nil when a detached mount of a temporary directory could be
+	// idmapped through a fresh user namespace. Only a root supervisor
+	// idmaps grants; for others it is not probed.
+	IDMap error
+}
+
+// Audit is the state of the kernel audit subsystem as airlock sees it.
+type Audit struct {
+	// Err is the error from opening a NETLINK_AUDIT socket or asking
+	// AUDIT_GET; nil means the status fields are valid.
+	Err error `json:"-"`
+	// Enabled is the kernel's audit_enabled: 0 off, 1 on, 2 on and locked.
+	Enabled uint32 `json:"enabled"`
+	// DaemonPID is the pid of the registered audit daemon, 0 for none.
+	DaemonPID uint32 `json:"daemon_pid"`
+	// ReadLog is the error from joining the read-only multicast group
+	// (AUDIT_NLGRP_READLOG, needs CAP_AUDIT_READ); nil means records can be
+	// read alongside any audit daemon.
+	ReadLog error `json:"-"`
+}
+
+// Check is the result of one probe.
+type Check struct {
+	// Name is the probe: kernel, root, userns, landlock, seccomp, cgroup,
+	// audit or idmap.
+	Name string `json:"name"`
+	// OK reports whether the host offers what airlock wants from this probe.
+	OK bool `json:"ok"`
+	// Detail is what the probe found.
+	Detail string `json:"detail"`
+	// Consequence is what it means for a run; "" when nothing follows.
+	Consequence string `json:"consequence,omitempty"`
+}
+
+// Verdict is what a run with the default policy does about one layer.
+type Verdict string
+
+// Verdicts.
+const (
+	// Enforced: the layer holds.
+	Enforced Verdict = "enforced"
+	// Refused: airlock refuses to start (exit 125) unless the policy lists
+	// the layer's Downgrade under allow_downgrade.
+	Refused Verdict = "refused"
+	// Unavailable: the run goes ahead without it and the report says so.
+	// Only observation (filesystem denial reporting) can be unavailable.
+	Unavailable Verdict = "unavailable"
+)
+
+// Layer is the verdict for one enforcement layer of a default run.
+type Layer struct {
+	Name    string  `json:"name"`
+	Verdict Verdict `json:"verdict"`
+	Detail  string  `json:"detail"`
+	// Downgrade is the allow_downgrade value that lets a run go ahead
+	// without the layer; "" when nothing can.
+	Downgrade string `json:"downgrade,omitempty"`
+}
+
+// Report is the doctor's answer for one host.
+type Report struct {
+	Checks []Check `json:"checks"`
+	Layers []Layer `json:"layers"`
+	// Refuses lists the runs airlock would refuse here (exit 125), each
+	// with the reason; empty when it refuses nothing a policy may ask for.
+	Refuses []string `json:"refuses"`
+	// Enforceable reports whether a run with the default policy is fully
+	// enforced here: no layer is Refused.
+	Enforceable bool `json:"enforceable"`
+}
+
+// ExitCode is the status of `airlock doctor`: 0 when a default run is
+// fully enforced, 1 when it is not.
+func (r *Report) ExitCode() int {
+	if r.Enforceable {
+		return 0
+	}
+	return 1
+}
+
+// auditLandlockABI is the first Landlock ABI that logs denials to the
+// kernel audit log (Linux 6.15).
+const auditLandlockABI = 7
+
+// Evaluate turns probe results into checks and per-layer verdicts for a
+// run with the default policy (no allow_downgrade).
+func Evaluate(f Facts) Report {
+	r := Report{Refuses: []string{}}
+	check := func(name string, ok bool, detail, consequence string) {
+		r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: detail, Consequence: consequence})
+	}
+	layer := func(name string, v Verdict, detail, downgrade string) {
+		r.Layers = append(r.Layers, Layer{Name: name, Verdict: v, Detail: detail, Downgrade: downgrade})
+		if v == Refused {
+			why := name + ": " + detail
+			if downgrade != "" {
+				why += fmt.Sprintf(" (unless allow_downgrade lists %s)", downgrade)
+			}
+			r.Refuses = append(r.Refuses, "every run: "+why)
+		}
+	}
+
+	kernel := f.Kernel
+	if kernel == "" {
+		kernel = "unknown"
+	}
+	check("kernel", f.Kernel != "", "Linux "+kernel, "")
+	if f.Root {
+		check("root", true, "running as root (euid 0)", "the sandbox runs as a random unprivileged uid; grants are idmapped so files keep your ownership")
+	} else {
+		check("root", true, "running unprivileged", "the sandbox runs as your uid; cgroup limits need a delegated cgroup v2 subtree")
+	}
+
+	// Namespaces.
+	unpriv := "unprivileged users can create them too"
+	if f.UnprivilegedUserNS != nil {
+		unpriv = "unprivileged users cannot: " + f.UnprivilegedUserNS.Error()
+	}
+	if f.UserNS == nil {
+		check("userns", true, "created user, mount, pid, net, ipc, uts and cgroup namespaces; "+unpriv, "")
+		layer("namespaces", Enforced, "user, mount, pid, net, ipc, uts and cgroup namespaces", "")
+	} else {
+		check("userns", false, f.UserNS.Error()+"; "+unpriv, "every run is refused: the sandbox is built from these namespaces")
+		layer("namespaces", Refused, "cannot create the sandbox's namespaces", "")
+	}
+
+	// Landlock.
+	if f.LandlockABI > 0 {
+		detail := fmt.Sprintf("ABI %d", f.LandlockABI)
+		if missing := landlockMissing(f.LandlockABI); missing != "" {
+			check("landlock", true, detail+"; missing: "+missing, "these Landlock rights are left out; the mount and network namespaces still confine the run")
+		} else {
+			check("landlock", true, detail, "")
+		}
+		layer("landlock", Enforced, detail, "")
+	} else {
+		why := "Landlock unavailable"
+		if f.LandlockErr != nil {
+			why = f.LandlockErr.Error()
+		}
+		check("landlock", false, why, "runs are refused unless the policy accepts allow_downgrade: landlock (the mount namespace still hides the host)")
+		layer("landlock", Refused, "the kernel has no Landlock", "landlock")
+	}
+
+	// seccomp.
+	if f.Seccomp == nil {
+		check("seccomp", true, "filter mode with kill_process, errno and allow actions", "")
+		layer("seccomp", Enforced, "syscall allow-list", "")
+	} else {
+		check("seccomp", false, f.Seccomp.Error(), "every run is refused: the syscall filter cannot be installed")
+		layer("seccomp", Refused, "seccomp filter mode unavailable", "")
+	}
+
+	evaluateCgroup(f, check, layer)
+	layer("max_cpu", Enforced, "RLIMIT_CPU on the process tree", "")
+	layer("other budgets", Enforced, "max_wall, max_output_bytes and max_ops by the supervisor and the egress proxy; max_scratch by the /tmp tmpfs size", "")
+	evaluateAudit(f, check, layer)
+	evaluateIDMap(f, check, &r)
+
+	r.Enforceable = true
+	for _, l := range r.Layers {
+		if l.Verdict == Refused {
+			r.Enforceable = false
+		}
+	}
+	return r
+}
+
+// landlockMissing names what ABI abi lacks that airlock asks Landlock for.
+func landlockMissing(abi int) string {
+	var m []string
+	for _, f := range []struct {
+		abi  int
+		what string
+	}{
+		{2, "rename and link across directories (refer, ABI 2)"},
+		{3, "truncate (ABI 3)"},
+		{4, "TCP connect rules (ABI 4)"},
+		{5, "device ioctl (ABI 5)"},
+		{6, "signal and abstract unix socket scoping (ABI 6)"},
+		{7, "audit logging (ABI 7)"},
+	} {
+		if abi < f.abi {
+			m = append(m, f.what)
+		}
+	}
+	return strings.Join(m, ", ")
+}
+
+// evaluateCgroup judges max_memory and max_pids, which need a cgroup.
+func evaluateCgroup(f Facts, check func(string, bool, string, string), layer func(string, Verdict, string, string)) {
+	h := f.Cgroup
+	var names []string
+	for _, c := range []string{cgroup.Memory, cgroup.Pids, cgroup.CPU, cgroup.CPUAcct, cgroup.Freezer} {
+		if dir, ok := h.Controllers[c]; ok {
+			v := "v1"
+			if dir == h.Unified {
+				v = "v2"
+			}
+			names = append(names, c+" ("+v+")")
+		}
+	}
+	version := h.Version
+	if version == "" {
+		version = "none"
+	}
+	detail := "version " + version
+	if len(names) > 0 {
+		detail += "; controllers: " + strings.Join(names, ", ")
+	} else {
+		detail += "; no usable controller"
+	}
+	if f.CgroupErr != nil {
+		detail = f.CgroupErr.Error()
+	}
+	var missing []string
+	for _, lim := range []struct{ name, controller string }{{"max_memory", cgroup.Memory}, {"max_pids", cgroup.Pids}} {
+		dir, ok := h.Controllers[lim.controller]
+		err, checked := f.CgroupWritable[lim.controller]
+		switch {
+		case f.CgroupErr != nil || !ok:
+			missing = append(missing, lim.controller+" controller missing")
+			layer(lim.name, Refused, "no "+lim.controller+" controller", lim.name)
+		case !checked || err != nil:
+			why := "not checked"
+			if err != nil {
+				why = err.Error()
+			}
+			missing = append(missing, lim.controller+" not writable: "+why)
+			layer(lim.name, Refused, "cannot create a group in "+dir+": "+why, lim.name)
+		default:
+			layer(lim.name, Enforced, lim.controller+" controller at "+dir, "")
+		}
+	}
+	if len(missing) == 0 {
+		check("cgroup", true, detail, "")
+		return
+	}
+	check("cgroup", false, detail+"; "+strings.Join(missing, "; "),
+		"runs are refused unless the policy accepts allow_downgrade: max_memory, max_pids (run as root or delegate a cgroup v2 subtree)")
+}
+
+// evaluateAudit judges whether filesystem denials reach the report: the
+// kernel must log Landlock denials (ABI 7) and airlock must read the log.
+func evaluateAudit(f Facts, check func(string, bool, string, string), layer func(string, Verdict, string, string)) {
+	a := f.Audit
+	var detail string
+	var problems []string
+	switch {
+	case a.Err != nil:
+		detail = "cannot read the audit status: " + a.Err.Error()
+		problems = append(problems, "no audit status")
+	default:
+		detail = fmt.Sprintf("audit enabled=%d, audit daemon pid %d", a.Enabled, a.DaemonPID)
+		if a.Enabled == 0 {
+			problems = append(problems, "kernel audit is disabled (enable it with auditctl -e 1 or boot with audit=1)")
+		}
+		if a.ReadLog != nil {
+			problems = append(problems, "cannot join the audit read-log group: "+a.ReadLog.Error())
+		} else {
+			detail += "; read-log group joined"
+		}
+	}
+	if !f.Root {
+		problems = append(problems, "reading the audit log needs root")
+	}
+	if f.LandlockABI < auditLandlockABI {
+		problems = append(problems, fmt.Sprintf("Landlock ABI %d does not log denials (ABI 7, Linux 6.15, does)", f.LandlockABI))
+	}
+	if len(problems) == 0 {
+		check("audit", true, detail, "")
+		layer("fs_denials", Enforced, "Landlock audit records are readable: filesystem denials can be listed in the report", "")
+		return
+	}
+	check("audit", false, detail+"; "+strings.Join(problems, "; "),
+		"filesystem denials are still enforced but cannot be listed in the report (report.enforcement.fs_denials says why)")
+	layer("fs_denials", Unavailable, strings.Join(problems, "; "), "fs_audit")
+}
+
+// evaluateIDMap judges runs with fs_read or fs_write grants, which a root
+// supervisor idmaps; a default run has no grants, so it only adds to Refuses.
+func evaluateIDMap(f Facts, check func(string, bool, string, string), r *Report) {
+	switch {
+	case !f.Root:
+		check("idmap", true, "not used: without root the sandbox runs as your uid, so files it writes are yours", "")
+	case f.IDMap == nil:
+		check("idmap", true, "idmapped a detached mount of a temporary directory", "")
+	default:
+		check("idmap", false, f.IDMap.Error(), "runs with fs_read or fs_write grants are refused: their mounts cannot be idmapped")
+		r.Refuses = append(r.Refuses, "runs with fs_read or fs_write grants: idmapped mounts fail: "+f.IDMap.Error())
+	}
+}

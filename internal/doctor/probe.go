@@ -1,0 +1,107 @@
+package doctor
+
+import (
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
+)
+
+// Probes are the host inspections Run performs. Each nil field uses the
+// real probe for this host; tests set fields to describe other hosts.
+type Probes struct {
+	// Kernel returns the uname(2) release.
+	Kernel func() (string, error)
+	// Root reports whether the process runs with euid 0.
+	Root func() bool
+	// UserNS creates a short-lived process in the sandbox's namespaces.
+	UserNS func() error
+	// UnprivilegedUserNS checks that an unprivileged user may create a
+	// user namespace (as root: by running unshare(1) as nobody).
+	UnprivilegedUserNS func() error
+	// Landlock returns the kernel's Landlock ABI.
+	Landlock func() (int, error)
+	// Seccomp checks seccomp filter mode and the actions the filter uses.
+	Seccomp func() error
+	// Cgroup detects the cgroup layout.
+	Cgroup func() (cgroup.Host, error)
+	// CgroupWritable checks that a group may be created in dir.
+	CgroupWritable func(dir string) error
+	// Audit reads the kernel audit status.
+	Audit func() Audit
+	// IDMap idmaps a detached mount of a temporary directory.
+	IDMap func() error
+}
+
+// Gather runs the probes and returns what they found.
+func Gather(p Probes) Facts {
+	p = p.withDefaults()
+	var f Facts
+	if k, err := p.Kernel(); err == nil {
+		f.Kernel = k
+	}
+	f.Root = p.Root()
+	f.UserNS = p.UserNS()
+	if f.Root {
+		f.UnprivilegedUserNS = p.UnprivilegedUserNS()
+	} else {
+		f.UnprivilegedUserNS = f.UserNS
+	}
+	f.LandlockABI, f.LandlockErr = p.Landlock()
+	if f.LandlockErr != nil {
+		f.LandlockABI = 0
+	}
+	f.Seccomp = p.Seccomp()
+	f.Cgroup, f.CgroupErr = p.Cgroup()
+	if f.CgroupErr == nil {
+		f.CgroupWritable = map[string]error{}
+		for _, c := range []string{cgroup.Memory, cgroup.Pids} {
+			if dir, ok := f.Cgroup.Controllers[c]; ok {
+				f.CgroupWritable[c] = p.CgroupWritable(f.Cgroup.Self[dir])
+			}
+		}
+	}
+	f.Audit = p.Audit()
+	if f.Root {
+		f.IDMap = p.IDMap()
+	}
+	return f
+}
+
+// Run probes the host (through p; the zero Probes probes this one) and
+// evaluates what a default run enforces here.
+func Run(p Probes) Report {
+	return Evaluate(Gather(p))
+}
+
+func (p Probes) withDefaults() Probes {
+	if p.Kernel == nil {
+		p.Kernel = kernelRelease
+	}
+	if p.Root == nil {
+		p.Root = isRoot
+	}
+	if p.UserNS == nil {
+		p.UserNS = probeUserNS
+	}
+	if p.UnprivilegedUserNS == nil {
+		p.UnprivilegedUserNS = probeUnprivilegedUserNS
+	}
+	if p.Landlock == nil {
+		p.Landlock = landlock.ABI
+	}
+	if p.Seccomp == nil {
+		p.Seccomp = probeSeccomp
+	}
+	if p.Cgroup == nil {
+		p.Cgroup = cgroup.Detect
+	}
+	if p.CgroupWritable == nil {
+		p.CgroupWritable = probeWritable
+	}
+	if p.Audit == nil {
+		p.Audit = probeAudit
+	}
+	if p.IDMap == nil {
+		p.IDMap = probeIDMap
+	}
+	return p
+}

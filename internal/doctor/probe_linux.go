@@ -1,0 +1,213 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
+	"github.com/airlock-sandbox/airlock/internal/plan"
+)
+
+// sandboxCloneFlags are the namespaces every sandbox gets (clone(2)); they
+// must match sandbox's cloneFlags, so the probe fails where a run would.
+const sandboxCloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+	unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
+
+// nobody is the uid and gid the probes run unprivileged work as.
+const nobody = 65534
+
+// probeTimeout bounds each probe that starts a process.
+const probeTimeout = 5 * time.Second
+
+func kernelRelease() (string, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", fmt.Errorf("uname: %w", err)
+	}
+	return unix.ByteSliceToString(u.Release[:]), nil
+}
+
+func isRoot() bool { return os.Geteuid() == 0 }
+
+// lookBinary returns the first of names that is an executable file.
+func lookBinary(names ...string) (string, error) {
+	for _, n := range names {
+		if fi, err := os.Stat(n); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("none of %s is installed", strings.Join(names, ", "))
+}
+
+// startInNamespaces starts cat(1) in the sandbox's namespaces, mapped as
+// a run maps it (root: an unprivileged host id; otherwise the caller), and
+// returns it blocked on its stdin; closing stdin ends it. cmd.Start returns
+// only once execve succeeded, so the namespaces exist when it returns.
+func startInNamespaces(ctx context.Context) (*exec.Cmd, *os.File, error) {
+	cat, err := lookBinary("/usr/bin/cat", "/bin/cat")
+	if err != nil {
+		return nil, nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.Close()
+	root := os.Geteuid() == 0
+	id, gid := os.Getuid(), os.Getgid()
+	if root {
+		id, gid = nobody, nobody
+	}
+	cmd := exec.CommandContext(ctx, cat)
+	cmd.Stdin = r
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 sandboxCloneFlags,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
+		GidMappingsEnableSetgroups: root,
+		Pdeathsig:                  unix.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("clone user, mount, pid, net, ipc, uts and cgroup namespaces: %w%s", err, usernsHint())
+	}
+	return cmd, w, nil
+}
+
+// stop ends a process from startInNamespaces.
+func stop(cmd *exec.Cmd, stdin *os.File) {
+	stdin.Close()
+	_ = cmd.Wait() // cat exits 0 at end of input; a kill by the context is fine too
+}
+
+func probeUserNS() error {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	cmd, stdin, err := startInNamespaces(ctx)
+	if err != nil {
+		return err
+	}
+	stop(cmd, stdin)
+	return nil
+}
+
+// probeUnprivilegedUserNS runs `unshare --user true` as nobody. Without
+// unshare(1) it falls back to the sysctls that forbid it.
+func probeUnprivilegedUserNS() error {
+	unshare, err := lookBinary("/usr/bin/unshare", "/bin/unshare")
+	if err != nil {
+		if hint := usernsHint(); hint != "" {
+			return errors.New(strings.TrimPrefix(hint, "; "))
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, unshare, "--user", "true")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("unshare --user as uid %d: %w: %s%s", nobody, err, strings.TrimSpace(string(out)), usernsHint())
+	}
+	return nil
+}
+
+// usernsHint names the sysctls that forbid user namespaces on this host,
+// as "; name is value" clauses, or "" when none does.
+func usernsHint() string {
+	var h []string
+	for _, s := range []struct{ file, bad string }{
+		{"/proc/sys/user/max_user_namespaces", "0"},
+		{"/proc/sys/kernel/unprivileged_userns_clone", "0"},              // Debian
+		{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1"}, // Ubuntu 23.10+
+	} {
+		if b, err := os.ReadFile(s.file); err == nil && strings.TrimSpace(string(b)) == s.bad {
+			h = append(h, strings.TrimPrefix(strings.ReplaceAll(s.file, "/", "."), ".proc.sys.")+" is "+s.bad)
+		}
+	}
+	if len(h) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(h, "; ")
+}
+
+// probeSeccomp checks seccomp(2) filter mode through procfs: the actions
+// file exists only with CONFIG_SECCOMP_FILTER (Linux 4.14), and the filter
+// returns kill_process, errno and allow.
+func probeSeccomp() error {
+	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl PR_GET_SECCOMP: %w: the kernel needs CONFIG_SECCOMP", err)
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	if err != nil {
+		return fmt.Errorf("seccomp filter mode: %w: the kernel needs CONFIG_SECCOMP_FILTER (Linux 4.14+)", err)
+	}
+	have := strings.Fields(string(b))
+	for _, a := range []string{"kill_process", "errno", "allow"} {
+		if !contains(have, a) {
+			return fmt.Errorf("seccomp: action %s missing from %q", a, strings.TrimSpace(string(b)))
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// probeWritable checks with access(2) that a group directory may be made
+// in dir. It creates nothing.
+func probeWritable(dir string) error {
+	if dir == "" {
+		return errors.New("own cgroup unknown")
+	}
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	return nil
+}
+
+// probeIDMap idmaps a detached clone of a temporary directory through the
+// user namespace of a probe process, as a root run does for every grant
+// (open_tree(2) and mount_setattr(2) MOUNT_ATTR_IDMAP, Linux 5.12; the
+// filesystem must support it). The clone is never attached anywhere.
+func probeIDMap() error {
+	dir, err := os.MkdirTemp("", "airlock-doctor-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	cmd, stdin, err := startInNamespaces(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop(cmd, stdin)
+	ns, err := unix.Open("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open probe user namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	tree, err := mount.Clone(plan.Mount{Kind: plan.KindBind, Source: dir, Target: dir, Writable: true, IDMap: true, Origin: "doctor"}, ns)
+	if err != nil {
+		return err
+	}
+	return unix.Close(tree)
+}

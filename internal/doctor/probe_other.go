@@ -1,0 +1,21 @@
+//go:build !linux
+
+package doctor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// errNeedsLinux is what every probe reports off Linux.
+var errNeedsLinux = fmt.Errorf("doctor: %w: airlock enforces only on Linux", errors.ErrUnsupported)
+
+func kernelRelease() (string, error) { return "", errNeedsLinux }
+func isRoot() bool                   { return os.Geteuid() == 0 }
+func probeUserNS() error             { return errNeedsLinux }
+func probeUnprivilegedUserNS() error { return errNeedsLinux }
+func probeSeccomp() error            { return errNeedsLinux }
+func probeWritable(string) error     { return errNeedsLinux }
+func probeAudit() Audit              { return Audit{Err: errNeedsLinux, ReadLog: errNeedsLinux} }
+func probeIDMap() error              { return errNeedsLinux }

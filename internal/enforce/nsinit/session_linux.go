@@ -1,0 +1,161 @@
+package nsinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/plan"
+)
+
+// reaper matches reaped children to the exec that started them. Orphans
+// reparented to the init are reaped and forgotten.
+type reaper struct {
+	mu    sync.Mutex
+	ids   map[int]string          // guarded by mu: pid -> exec ID
+	early map[int]unix.WaitStatus // guarded by mu: reaped before registration
+}
+
+func (rp *reaper) register(pid int, id string) {
+	rp.mu.Lock()
+	ws, done := rp.early[pid]
+	if done {
+		delete(rp.early, pid)
+	} else {
+		rp.ids[pid] = id
+	}
+	rp.mu.Unlock()
+	if done {
+		reportExit(id, ws)
+	}
+}
+
+func (rp *reaper) reaped(pid int, ws unix.WaitStatus) {
+	rp.mu.Lock()
+	id, ok := rp.ids[pid]
+	if ok {
+		delete(rp.ids, pid)
+	} else {
+		if len(rp.early) >= 4096 {
+			// Orphans reparented to the init are never registered; do not
+			// let them accumulate. A registration lost this way would need
+			// 4096 orphans to die between one fork and its registration.
+			clear(rp.early)
+		}
+		rp.early[pid] = ws
+	}
+	rp.mu.Unlock()
+	if ok {
+		reportExit(id, ws)
+	}
+}
+
+func reportExit(id string, ws unix.WaitStatus) {
+	m := Message{Type: "exit", ID: id, Code: ws.ExitStatus()}
+	if ws.Signaled() {
+		m.Signal = int(ws.Signal())
+		m.Code = 128 + m.Signal
+	}
+	_ = Send(ControlFD, m) // the supervisor is gone when this fails; the init exits soon after
+}
+
+// serveSession runs exec requests until the supervisor closes the control
+// socket. Each command is forked from this (restricted, locked) thread so it
+// inherits every restriction; its process group is killed on request.
+//
+// Preconditions:
+//   - every restriction is applied (restrict returned)
+//   - runs on the locked OS thread that applied them
+func serveSession(pl *plan.Plan) (int, error) {
+	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
+	rp := &reaper{ids: map[int]string{}, early: map[int]unix.WaitStatus{}}
+	// Registered before any child exists, so no SIGCHLD can be missed.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	go func() {
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, 0, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.ECHILD) {
+				<-chld // nothing to reap yet: wait for the next SIGCHLD
+				continue
+			}
+			if err != nil {
+				return
+			}
+			rp.reaped(pid, ws)
+		}
+	}()
+	tools := map[string]bool{}
+	for _, t := range pl.Tools {
+		tools[t] = true
+	}
+	for {
+		m, fds, err := Recv(ControlFD)
+		if err != nil {
+			return 0, nil // the supervisor is gone: end the session
+		}
+		switch m.Type {
+		case "exec":
+			startExec(pl, tools, rp, m, fds)
+		case "kill":
+			if m.Pid > 0 {
+				_ = unix.Kill(-m.Pid, unix.SIGKILL) // the group may be gone already
+			}
+			closeAll(fds)
+		default:
+			closeAll(fds)
+		}
+	}
+}
+
+func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds []int) {
+	defer closeAll(fds)
+	fail := func(code int, msg string) {
+		_ = Send(ControlFD, Message{Type: "exit", ID: m.ID, Code: code, Error: msg}) // reported as the exec's result
+	}
+	if len(fds) != 3 || len(m.Argv) == 0 {
+		fail(125, "airlock bug: exec needs argv and three fds")
+		return
+	}
+	// The supervisor resolved the tool; the init checks it again against
+	// the plan so a confused supervisor cannot widen the allow-list.
+	if !tools[m.Argv[0]] {
+		fail(127, fmt.Sprintf("%s is not an allowed tool in this session", m.Argv[0]))
+		return
+	}
+	cwd := m.Cwd
+	if cwd == "" {
+		cwd = pl.Cwd
+	}
+	pid, err := syscall.ForkExec(m.Argv[0], m.Argv, &syscall.ProcAttr{
+		Dir:   cwd,
+		Env:   m.Env,
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err != nil {
+		code := 126
+		if errors.Is(err, unix.ENOENT) {
+			code = 127
+		}
+		fail(code, fmt.Sprintf("exec %s: %v", m.Argv[0], err))
+		return
+	}
+	_ = Send(ControlFD, Message{Type: "started", ID: m.ID, Pid: pid}) // the supervisor needs the pid only to kill
+	rp.register(pid, m.ID)
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}

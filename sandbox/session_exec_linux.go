@@ -1,0 +1,274 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// drainGrace is how long output is still read after an exec's process
+// exited: background processes may keep its pipes open forever.
+const drainGrace = 100 * time.Millisecond
+
+// Exec runs one command inside the session and returns its report. The
+// error is non-nil only when the session has ended (ErrSessionClosed) or
+// ctx is nil; refusals, budget halts and failures are in the Report.
+func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
+	if ctx == nil {
+		panic("sandbox: nil context")
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrSessionClosed
+	}
+	s.execs++
+	s.mu.Unlock()
+	select {
+	case <-s.done:
+		return nil, ErrSessionClosed
+	default:
+	}
+
+	start := time.Now()
+	mark := len(s.r.rec.Events())
+	// Each exec has its own output budget and deadline; ops are the session's.
+	wall := time.Until(s.r.meter.Deadline())
+	if req.Timeout > 0 && req.Timeout < wall {
+		wall = req.Timeout
+	}
+	lim := s.r.c.Policy.Budget()
+	e := &run{c: s.r.c, start: start, report: &Report{Denials: []Denial{}}, log: s.r.log, sink: s.r.sink,
+		meter: budget.NewMeter(budget.Limits{OutputBytes: lim.OutputBytes, Wall: max(wall, time.Millisecond)}, s.r.c.Clock)}
+	e.report.Enforcement = s.r.report.Enforcement
+	defer func() {
+		e.report.DurationMS = time.Since(start).Milliseconds()
+		for _, ev := range s.r.rec.Events()[mark:] {
+			if ev.Kind == audit.Deny {
+				e.report.Denials = append(e.report.Denials, denialFromEvent(ev))
+			}
+		}
+		e.report.Usage.Ops, _ = s.r.meter.Usage()
+		_, e.report.Usage.OutputBytes = e.meter.Usage()
+	}()
+
+	if err := s.r.meter.ChargeOp(); err != nil {
+		var ex *budget.ExhaustedError
+		if errors.As(err, &ex) {
+			e.halt(ex.Limit, "the session's "+string(ex.Limit)+" is exhausted")
+			e.meter.Halt(ex.Limit)
+			e.reportHalt()
+		}
+		return e.report, nil
+	}
+	argv0, err := s.resolveTool(req.Args)
+	if err != nil {
+		e.refuse(127, err)
+		return e.report, nil
+	}
+	env, err := s.env(req.Env)
+	if err != nil {
+		e.refuse(125, err)
+		return e.report, nil
+	}
+	cwd := req.Dir
+	if cwd != "" {
+		if cwd, err = checkDir(s.r.c.Policy, cwd); err != nil {
+			e.refuse(125, err)
+			return e.report, nil
+		}
+	}
+	s.run(ctx, e, req, append([]string{argv0}, req.Args[1:]...), env, cwd)
+	return e.report, nil
+}
+
+// resolveTool maps Args[0] to the executable's path inside the sandbox:
+// it must be one of the plan's tools (allowed_tools).
+func (s *Session) resolveTool(args []string) (string, error) {
+	if len(args) == 0 || args[0] == "" {
+		return "", errors.New("exec: no command given")
+	}
+	name := args[0]
+	if strings.HasPrefix(name, "/") {
+		if p := path.Clean(name); slices.Contains(s.pl.Tools, p) {
+			return p, nil
+		}
+	} else if !strings.Contains(name, "/") {
+		for _, d := range strings.Split(plan.SandboxPath, ":") {
+			if p := d + "/" + name; slices.Contains(s.pl.Tools, p) {
+				return p, nil
+			}
+		}
+	}
+	return "", &policy.DenyError{Cap: policy.AllowedTools, Op: "exec", Subject: name, Reason: name + " is not in allowed_tools"}
+}
+
+// env returns the plan's environment plus the exec's additions; variables
+// airlock controls cannot be changed.
+func (s *Session) env(extra []string) ([]string, error) {
+	env := slices.Clone(s.pl.Env)
+	for _, kv := range extra {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return nil, fmt.Errorf("exec env %q: want NAME=value", kv)
+		}
+		switch strings.ToUpper(k) {
+		case "PATH", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT":
+			return nil, fmt.Errorf("exec env %q: %s is set by airlock and cannot be changed per exec", kv, k)
+		}
+		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		env = append(env, kv)
+	}
+	return env, nil
+}
+
+func checkDir(p *policy.Policy, dir string) (string, error) {
+	if !strings.HasPrefix(dir, "/") {
+		return "", fmt.Errorf("exec dir %q: use an absolute path inside the sandbox", dir)
+	}
+	c := path.Clean(dir)
+	if c == "/tmp" || strings.HasPrefix(c, "/tmp/") || p.CanRead(c) {
+		return c, nil
+	}
+	return "", fmt.Errorf("exec dir %q is outside fs_read, fs_write and /tmp", dir)
+}
+
+// run starts argv in the sandbox and waits for it, its timeout, ctx, the
+// output cap or the session's end.
+func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []string, cwd string) {
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		e.fail(err)
+		return
+	}
+	defer stdinR.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		stdinW.Close()
+		e.fail(err)
+		return
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		stdinW.Close()
+		outR.Close()
+		outW.Close()
+		e.fail(err)
+		return
+	}
+	id := newID()
+	msgs := s.pendingChan(id)
+	defer func() {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}()
+	err = nsinit.Send(s.ip.ctl, nsinit.Message{Type: "exec", ID: id, Argv: argv, Env: env, Cwd: cwd},
+		int(stdinR.Fd()), int(outW.Fd()), int(errW.Fd()))
+	stdinR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		stdinW.Close()
+		outR.Close()
+		errR.Close()
+		e.fail(fmt.Errorf("exec: %w", err))
+		return
+	}
+	go func() {
+		if req.Stdin != nil {
+			_, _ = io.Copy(stdinW, req.Stdin) // the command may exit without reading
+		}
+		stdinW.Close()
+	}()
+	stdout := &capture{r: e, tee: req.Stdout, halted: make(chan struct{}, 1)}
+	stderr := &capture{r: e, tee: req.Stderr, halted: make(chan struct{}, 1)}
+	copied := make(chan struct{}, 2)
+	for _, c := range []struct {
+		f *os.File
+		w *capture
+	}{{outR, stdout}, {errR, stderr}} {
+		go func() {
+			_, _ = io.Copy(c.w, c.f) // ends at EOF or when the read deadline passes
+			copied <- struct{}{}
+		}()
+	}
+
+	timer := time.NewTimer(time.Until(e.meter.Deadline()))
+	defer timer.Stop()
+	var pid int
+	var exit *nsinit.Message
+	kill := func(l budget.Limit, msg string) {
+		if l != "" {
+			e.halt(l, msg)
+		}
+		if pid > 0 {
+			_ = nsinit.Send(s.ip.ctl, nsinit.Message{Type: "kill", Pid: pid}) // the session may be ending anyway
+		}
+	}
+	killed := false
+	for exit == nil {
+		select {
+		case m := <-msgs:
+			switch m.Type {
+			case "started":
+				pid = m.Pid
+				if killed {
+					kill("", "")
+				}
+			case "exit":
+				exit = &m
+			}
+		case <-timer.C:
+			killed = true
+			kill(budget.MaxWall, "the exec passed its timeout and was killed; the session goes on")
+		case <-ctx.Done():
+			killed = true
+			kill("", "")
+		case <-stdout.halted:
+			killed = true
+			kill("", "")
+		case <-stderr.halted:
+			killed = true
+			kill("", "")
+		case <-s.done:
+			e.halt(s.r.meter.HaltedBy(), "the session ended")
+			exit = &nsinit.Message{Type: "exit", Code: 125, Error: "the session ended during the exec"}
+		}
+	}
+	// Background processes may hold the pipes open: read what is there,
+	// then stop.
+	deadline := time.Now().Add(drainGrace)
+	_ = outR.SetReadDeadline(deadline) // pipes from os.Pipe support deadlines
+	_ = errR.SetReadDeadline(deadline)
+	<-copied
+	<-copied
+	outR.Close()
+	errR.Close()
+	e.report.Stdout, e.report.StdoutTruncated = stdout.result()
+	e.report.Stderr, e.report.StderrTruncated = stderr.result()
+	if e.reportHalt() {
+		return
+	}
+	if ctx.Err() != nil {
+		e.report.ExitCode = 125
+		e.report.Error = "the caller cancelled the exec: " + ctx.Err().Error()
+		return
+	}
+	e.exitStatus(*exit, argv[0])
+	if exit.Code == 125 && exit.Error != "" {
+		e.report.Error = exit.Error
+	}
+}
