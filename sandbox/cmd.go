@@ -36,6 +36,13 @@ type Config struct {
 	// call Init first in main. Empty means /proc/self/exe.
 	Executable string
 
+	// FSAudit reports filesystem denials in the Report, read from the
+	// kernel's Landlock audit records (root, Linux 6.15+). It turns the
+	// host's audit subsystem on while runs are active if it was off, which
+	// affects the whole host (see internal/enforce/fsaudit). False means
+	// denials are enforced but not itemized; the report says which.
+	FSAudit bool
+
 	// KillGrace is how long the tree gets after SIGTERM at a deadline
 	// before SIGKILL. Zero means 200ms.
 	KillGrace time.Duration
@@ -64,4 +71,10 @@ type Cmd struct {
 	// Stdout and Stderr, when set, receive the captured output as it is
 	// produced (only the bytes within max_output_bytes).
 	Stdout, Stderr io.Writer
+
+	// PTY gives the command a pseudo-terminal as its controlling terminal
+	// and stdin, stdout and stderr (for interactive programs). Output then
+	// arrives merged on Stdout. False means pipes and no controlling
+	// terminal at all.
+	PTY bool
 }

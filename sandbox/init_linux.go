@@ -114,6 +114,7 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 		_ = ip.cmd.Wait() // the status is read from ProcessState and the control messages
 		close(ip.exited)
 	}()
+	r.fs.track(ip.cmd.Process.Pid)
 	if err := ip.handOver(r, pl, planW, root); err != nil {
 		ip.shutdown(r)
 		return nil, err

@@ -52,6 +52,8 @@ type run struct {
 	start  time.Time
 	report *Report
 
+	fs *fsDenials // nil when filesystem denials are not collected
+
 	mu      sync.Mutex
 	haltMsg string // guarded by mu
 }
@@ -128,12 +130,33 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 
 	stdout := &capture{r: r, tee: r.c.Stdout, halted: make(chan struct{}, 1)}
 	stderr := &capture{r: r, tee: r.c.Stderr, halted: make(chan struct{}, 1)}
-	ip, err := startInit(r, pl, r.c.Stdin, stdout, stderr)
+	var stdin io.Reader = r.c.Stdin
+	var initOut, initErr io.Writer = stdout, stderr
+	var ptyDone <-chan struct{}
+	var ptyMaster *os.File
+	if r.c.PTY {
+		pl.PTY = true
+		master, slave, err := openPTY()
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		defer master.Close()
+		defer slave.Close()
+		stdin, initOut, initErr = slave, slave, slave
+		ptyDone, ptyMaster = pumpPTY(master, r.c.Stdin, stdout), master
+	}
+	r.fs = startFSAudit(r)
+	defer r.fs.close()
+	ip, err := startInit(r, pl, stdin, initOut, initErr)
 	if err != nil {
 		r.fail(err)
 		return
 	}
 	defer ip.shutdown(r)
+	if c, ok := stdin.(io.Closer); ok && r.c.PTY {
+		_ = c.Close() // the init holds the slave now; EOF on the master needs ours closed
+	}
 
 	timer := time.NewTimer(time.Until(r.meter.Deadline()))
 	defer timer.Stop()
@@ -183,11 +206,17 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 			stageErr = &m
 		}
 	}
+	if ptyDone != nil {
+		// Everything holding the slave is dead; read what is buffered, then stop.
+		_ = ptyMaster.SetReadDeadline(time.Now().Add(drainGrace))
+		<-ptyDone
+	}
 	r.report.Stdout, r.report.StdoutTruncated = stdout.result()
 	r.report.Stderr, r.report.StderrTruncated = stderr.result()
 	ps := ip.cmd.ProcessState
 	r.report.Usage.CPUMS = (ps.UserTime() + ps.SystemTime()).Milliseconds()
 	ip.shutdown(r)
+	r.fs.emit(r, true)
 
 	// Without a cgroup (an accepted downgrade) RLIMIT_CPU still holds; the
 	// init's rusage includes every process it reaped.

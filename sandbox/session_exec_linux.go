@@ -54,6 +54,9 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		meter: budget.NewMeter(budget.Limits{OutputBytes: lim.OutputBytes, Wall: max(wall, time.Millisecond)}, s.r.c.Clock)}
 	e.report.Enforcement = s.r.report.Enforcement
 	defer func() {
+		// Records arrive asynchronously: a denial in the last instant of an
+		// exec may appear in the next exec's report.
+		s.r.fs.emit(s.r, false)
 		e.report.DurationMS = time.Since(start).Milliseconds()
 		for _, ev := range s.r.rec.Events()[mark:] {
 			if ev.Kind == audit.Deny {

@@ -78,6 +78,7 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 
+	r.fs = startFSAudit(r)
 	started := make(chan error, 1)
 	// The init's Pdeathsig is tied to the thread that started it: a locked
 	// goroutine holds that thread for the session's whole life.
@@ -86,6 +87,7 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 		defer runtime.UnlockOSThread()
 		ip, err := startInit(r, pl, nil, io.Discard, io.Discard)
 		if err != nil {
+			r.fs.close()
 			started <- err
 			return
 		}
@@ -168,6 +170,8 @@ func (s *Session) supervise(ctx context.Context) {
 	s.closed = true
 	s.mu.Unlock()
 	s.ip.shutdown(s.r)
+	s.r.fs.emit(s.r, true) // late records reach the audit sink
+	s.r.fs.close()
 }
 
 // closing is closed by Close.

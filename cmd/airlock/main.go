@@ -19,6 +19,7 @@ usage:
   airlock run [--policy FILE] [flags] -- COMMAND [ARG]...   run COMMAND in a fresh sandbox
   airlock explain [--policy FILE] [flags] [-- COMMAND...]  print the enforcement plan, layer by layer
   airlock policy check FILE                                 validate a policy file
+  airlock mcp [--policy FILE] [flags] [--listen ADDR]       MCP server (stdio, or streamable HTTP with --listen)
   airlock version                                           print the version
 
 Run 'airlock COMMAND --help' for the flags of a command.
@@ -46,6 +47,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdExplain(args[1:], stdout, stderr)
 	case "policy":
 		return cmdPolicy(args[1:], stdout, stderr)
+	case "mcp":
+		return cmdMCP(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "airlock", version)
 		return 0

@@ -122,6 +122,8 @@ type Plan struct {
 	Tools []string `json:"tools"`
 	// Session makes the init wait for exec requests instead of running Argv.
 	Session bool `json:"session,omitempty"`
+	// PTY makes the command's stdin (a pty slave) its controlling terminal.
+	PTY bool `json:"pty,omitempty"`
 }
 
 // Rlimit is one resource limit; Resource is the name from getrlimit(2).

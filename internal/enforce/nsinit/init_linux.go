@@ -184,7 +184,9 @@ func startAndReap(pl *plan.Plan) (int, error) {
 		Dir:   pl.Cwd,
 		Env:   pl.Env,
 		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		// A new session has no controlling terminal; with a PTY, fd 0 (the
+		// pty slave) becomes it.
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: pl.PTY, Ctty: 0},
 	})
 	if err != nil {
 		code := 126

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+const mcpSynopsis = `airlock mcp [--policy FILE] [flags] [--listen ADDR [--token-file FILE | --insecure-no-auth]]
+
+Serves the MCP tools run, read_file, write_file, list_files and session_info
+to an AI agent. Every tool acts inside one sandbox per MCP session, started
+at the session's first tool call with the policy (the file plus the flags)
+and closed when the session ends.
+
+Without --listen it speaks MCP over stdin/stdout, for one client. With
+--listen it serves streamable HTTP at ADDR and needs a bearer token from
+--token-file or $AIRLOCK_TOKEN (at least 16 characters), unless
+--insecure-no-auth is given and ADDR is a loopback address.
+
+examples:
+  airlock mcp --fs-write ./work --tool python3
+  AIRLOCK_TOKEN=$(head -c 24 /dev/urandom | base64) airlock mcp --policy agent.yaml --listen 127.0.0.1:8808`
+
+func cmdMCP(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("mcp", mcpSynopsis, stderr)
+	var pf policyFlags
+	pf.register(fs)
+	listen := fs.String("listen", "", "serve streamable HTTP on `ADDR` (host:port) instead of stdio")
+	tokenFile := fs.String("token-file", "", "read the HTTP bearer token from `FILE` (default: $AIRLOCK_TOKEN)")
+	noAuth := fs.Bool("insecure-no-auth", false, "serve HTTP without a token; only on a loopback ADDR")
+	maxSessions := fs.Int("max-sessions", 0, "sandboxes alive at once across HTTP clients (default 8)")
+	auditFile := fs.String("audit", "", "append every audit event as JSON lines to `FILE` (mode 0600)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", a...)
+		return 125
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected arguments %q: the agent sends commands through the run tool", fs.Args())
+	}
+	p, err := pf.build()
+	if err != nil {
+		return fail("%v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	var sink audit.Sink = audit.Discard
+	if *auditFile != "" {
+		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fail("--audit: %v", err)
+		}
+		defer f.Close()
+		sink = audit.NewJSONL(f)
+	}
+	cfg := mcp.Config{Policy: p, Dir: pf.cwd, MaxSessions: *maxSessions, Version: version, Logger: logger, Audit: sink,
+		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
+			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger})
+			if err != nil {
+				return nil, err
+			}
+			return mcpSession{s}, nil
+		}}
+	srv, err := mcp.New(cfg)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer srv.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if *listen == "" {
+		if *tokenFile != "" || *noAuth {
+			return fail("--token-file and --insecure-no-auth apply only with --listen")
+		}
+		if err := srv.ServeIO(ctx, os.Stdin, stdout); err != nil {
+			return fail("%v", err)
+		}
+		return 0
+	}
+
+	h, err := authHandler(srv.Handler(), *listen, *tokenFile, *noAuth)
+	if err != nil {
+		return fail("%v", err)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fail("listen: %v", err)
+	}
+	fmt.Fprintf(stderr, "airlock mcp: serving MCP (streamable HTTP) on http://%s\n", ln.Addr())
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(shutdown) // a failed graceful shutdown ends with Serve returning anyway
+	}()
+	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return fail("serve: %v", err)
+	}
+	return 0
+}
+
+// mcpSession adapts *sandbox.Session to mcp.Session, which mcp defines so
+// that it need not import sandbox.
+type mcpSession struct{ *sandbox.Session }
+
+func (s mcpSession) Exec(ctx context.Context, req mcp.ExecRequest) (json.RawMessage, error) {
+	rep, err := s.Session.Exec(ctx, sandbox.ExecRequest{Args: req.Args, Dir: req.Dir, Stdin: req.Stdin, Timeout: req.Timeout})
+	if errors.Is(err, sandbox.ErrSessionClosed) {
+		return nil, fmt.Errorf("%w: %w", mcp.ErrSessionClosed, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(rep)
+}
+
+func (s mcpSession) Info() mcp.SessionInfo {
+	i := s.Session.Info()
+	return mcp.SessionInfo{ID: i.ID, Workspace: i.Workspace, Execs: i.Execs, Usage: mcp.Usage(i.Usage)}
+}
+
+// authHandler puts the bearer-token check in front of h, or refuses to
+// serve without one unless the operator opted out on a loopback address.
+func authHandler(h http.Handler, addr, tokenFile string, noAuth bool) (http.Handler, error) {
+	token := os.Getenv("AIRLOCK_TOKEN")
+	if tokenFile != "" {
+		data, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimRight(string(data), "\r\n")
+	}
+	switch {
+	case token != "" && noAuth:
+		return nil, errors.New("a token and --insecure-no-auth were both given: choose one")
+	case token != "":
+		return mcp.BearerAuth(token, h)
+	case !noAuth:
+		return nil, errors.New("--listen needs a bearer token: give --token-file FILE or set AIRLOCK_TOKEN (or --insecure-no-auth on a loopback address)")
+	case !mcp.IsLoopback(addr):
+		return nil, fmt.Errorf("--insecure-no-auth on %q: only loopback addresses (127.0.0.1, ::1, localhost) may serve without a token", addr)
+	}
+	return h, nil
+}

@@ -1,0 +1,157 @@
+package fsaudit
+
+import (
+	"strconv"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// Denial is one operation Landlock refused during a run, named by the
+// grant that would have allowed it. Identical denials (same Op, Target and
+// Rule) are reported once, with Count saying how many records matched.
+type Denial struct {
+	// Layer is the audit layer: audit.LayerFS, audit.LayerExec for an
+	// execve(2) of a file that is not an allowed tool, audit.LayerNet for
+	// TCP, audit.LayerKernel for scopes, ptrace and mounts.
+	Layer string
+	// Op is what was attempted: read, list, write, create, remove,
+	// truncate, rename, ioctl, exec, connect, bind, signal, ptrace, mount,
+	// or the kernel's access name when it is one this package does not
+	// know.
+	Op string
+	// Target is the path as the sandboxed process saw it (its mount
+	// namespace and root), "host:port" for TCP, or what the kernel named
+	// for scopes. For create, remove and rename it is the directory, which
+	// is where the kernel checks those rights.
+	Target string
+	// Rule is the policy grant that would allow the operation (fs_read,
+	// fs_write, allowed_tools, net_hosts), or "" when no grant can: device
+	// nodes, TCP bind, signals and ptrace across the sandbox boundary and
+	// mounts are never allowed.
+	Rule string
+	// Message explains the denial to the agent, such as
+	// `"/root/.aws/credentials" is outside fs_read`.
+	Message string
+	// Suggestion is the smallest policy change that would allow the
+	// operation, or "" when Rule is "".
+	Suggestion string
+	// Blockers are the Landlock access rights the kernel reported missing,
+	// such as "fs.read_file", for the operator's audit log.
+	Blockers []string
+	// Count is the number of records that matched; at least 1.
+	Count int
+}
+
+// key identifies identical denials for deduplication.
+type key struct{ op, target, rule string }
+
+// opClass ranks what a record's blockers say was attempted. When one
+// request misses several rights (open O_RDWR misses read and write, execve
+// misses execute and read), the highest class names the denial: writing
+// implies reading in a policy, and an allowed tool gets read too.
+type opClass struct {
+	rank  int
+	layer string
+	op    string
+	rule  policy.Capability // 0: no grant allows it
+}
+
+// blockerClass maps the kernel's access names (security/landlock/audit.c)
+// to what the denial means in policy terms.
+var blockerClass = map[string]opClass{
+	"fs.read_dir":                {1, audit.LayerFS, "list", policy.FSRead},
+	"fs.read_file":               {2, audit.LayerFS, "read", policy.FSRead},
+	"fs.truncate":                {3, audit.LayerFS, "truncate", policy.FSWrite},
+	"fs.ioctl_dev":               {3, audit.LayerFS, "ioctl", policy.FSWrite},
+	"fs.refer":                   {4, audit.LayerFS, "rename", policy.FSWrite},
+	"fs.remove_dir":              {4, audit.LayerFS, "remove", policy.FSWrite},
+	"fs.remove_file":             {4, audit.LayerFS, "remove", policy.FSWrite},
+	"fs.make_dir":                {4, audit.LayerFS, "create", policy.FSWrite},
+	"fs.make_reg":                {4, audit.LayerFS, "create", policy.FSWrite},
+	"fs.make_sym":                {4, audit.LayerFS, "create", policy.FSWrite},
+	"fs.make_fifo":               {4, audit.LayerFS, "create", policy.FSWrite},
+	"fs.make_sock":               {4, audit.LayerFS, "create", policy.FSWrite},
+	"fs.write_file":              {5, audit.LayerFS, "write", policy.FSWrite},
+	"fs.make_char":               {6, audit.LayerFS, "mknod", 0},
+	"fs.make_block":              {6, audit.LayerFS, "mknod", 0},
+	"fs.execute":                 {7, audit.LayerExec, "exec", policy.AllowedTools},
+	"fs.change_topology":         {7, audit.LayerKernel, "mount", 0},
+	"net.connect_tcp":            {7, audit.LayerNet, "connect", policy.NetHosts},
+	"net.bind_tcp":               {7, audit.LayerNet, "bind", 0},
+	"scope.signal":               {7, audit.LayerKernel, "signal", 0},
+	"scope.abstract_unix_socket": {7, audit.LayerKernel, "connect", 0},
+	"ptrace":                     {7, audit.LayerKernel, "ptrace", 0},
+}
+
+// denialOf turns one access record into a Denial with Count 1.
+func denialOf(r accessRecord) Denial {
+	c := opClass{layer: audit.LayerKernel}
+	for _, b := range r.blockers {
+		bc, ok := blockerClass[b]
+		if !ok {
+			bc = opClass{rank: 0, layer: audit.LayerKernel, op: b}
+		}
+		if c.op == "" || bc.rank > c.rank {
+			c = bc
+		}
+	}
+	d := Denial{Layer: c.layer, Op: c.op, Target: target(r), Blockers: r.blockers, Count: 1}
+	if c.rule != 0 {
+		d.Rule = c.rule.String()
+	}
+	d.Message, d.Suggestion = explain(d)
+	return d
+}
+
+// target names what the record says was denied.
+func target(r accessRecord) string {
+	f := r.fields
+	switch {
+	case f["path"] != "":
+		return f["path"]
+	case f["name"] != "":
+		return f["name"] // a dentry: the kernel gives only its last component
+	case f["dest"] != "":
+		if f["daddr"] != "" {
+			return hostPort(f["daddr"], f["dest"])
+		}
+		return "port " + f["dest"]
+	case f["src"] != "":
+		return "port " + f["src"]
+	case f["opid"] != "":
+		if f["ocomm"] != "" {
+			return "pid " + f["opid"] + " (" + f["ocomm"] + ")"
+		}
+		return "pid " + f["opid"]
+	}
+	return ""
+}
+
+// hostPort joins an address and a port, bracketing IPv6 addresses.
+func hostPort(addr, port string) string {
+	for i := 0; i < len(addr); i++ {
+		if addr[i] == ':' {
+			return "[" + addr + "]:" + port
+		}
+	}
+	return addr + ":" + port
+}
+
+// explain writes the Message and Suggestion for d.
+func explain(d Denial) (msg, suggestion string) {
+	q := strconv.Quote(d.Target)
+	switch d.Rule {
+	case "":
+		if d.Target == "" {
+			return d.Op + " refused: the sandbox never allows it", ""
+		}
+		return d.Op + " " + q + " refused: the sandbox never allows it", ""
+	case policy.NetHosts.String():
+		return "direct TCP connection to " + q + " refused: the only way out is the egress proxy",
+			"add the host to net_hosts and connect through HTTP_PROXY or ALL_PROXY"
+	case policy.AllowedTools.String():
+		return q + " is not in allowed_tools", "add " + q + " to allowed_tools"
+	}
+	return q + " is outside " + d.Rule, "add " + q + " to " + d.Rule
+}

@@ -1,0 +1,30 @@
+// Package mcp serves airlock to AI agents over the Model Context Protocol,
+// built on the official Go SDK (github.com/modelcontextprotocol/go-sdk). It
+// offers six tools: run (a command or a snippet of Python or shell code),
+// read_file, write_file, list_files and session_info, which tells the model
+// up front what the policy grants and how much budget is left.
+//
+// Each MCP client session gets one sandbox session (Config.NewSession),
+// created with the configured policy at the session's first tool call and
+// closed when the transport ends: over stdio that is one sandbox per process, over
+// streamable HTTP one per client session. Commands run inside the session's
+// kernel sandbox; file tools go through the session's guard, so both share
+// one max_ops budget and one deadline.
+//
+// What comes back to the model is data, never a crash: a refused operation
+// is a tool result with IsError set and a structured denial (layer, op,
+// target, rule, message, suggestion) naming the grant that would allow it;
+// a command's result is the report of DESIGN §4. Host details that are not
+// the agent's business (why a session could not start) go to the log only.
+//
+// It stops an agent that follows injected instructions from reaching
+// anything the policy does not grant through the tools: paths outside
+// fs_read/fs_write (including ".." and symlink escapes, checked by the
+// guard), executables outside allowed_tools, hosts outside net_hosts, runs
+// past the budget, and, over HTTP, callers without the bearer token.
+//
+// It imports guard, policy/..., audit and the MCP SDK, and it is the only
+// package that imports the SDK. It must not import internal/enforce/...,
+// nor sandbox, which reaches it: cmd/airlock plugs sandbox.Session in
+// through the small Session interface (deps_test.go checks this).
+package mcp

@@ -1,0 +1,287 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// Config describes one MCP server. The zero Config is invalid: New needs a
+// Policy.
+type Config struct {
+	// Policy is what every sandbox session of this server grants. Required.
+	Policy *policy.Policy
+
+	// NewSession starts the sandbox behind each MCP session. Required;
+	// cmd/airlock passes an adapter around sandbox.NewSession, giving it
+	// the same Audit sink.
+	NewSession NewSessionFunc
+
+	// Audit receives the refusals this package makes itself (the sandbox
+	// and its guard emit to the sink NewSession gives them). Nil discards
+	// them; tool results carry the denials either way.
+	Audit audit.Sink
+
+	// Clock times audit events and session_info's seconds_left. Nil means
+	// the system clock.
+	Clock budget.Clock
+
+	// Logger receives operational messages, including the details of
+	// failures that the model only sees as a public message. Nil discards
+	// them.
+	Logger *slog.Logger
+
+	// Dir is the working directory of run inside the sandbox. Empty means
+	// the session's workspace (the first fs_write grant), else /tmp.
+	Dir string
+
+	// MaxSessions bounds the sandbox sessions alive at once, across all
+	// MCP client sessions. Zero means 8.
+	MaxSessions int
+
+	// IdleTimeout closes an HTTP client session, and its sandbox, after
+	// this long without a request. Zero means 10 minutes. Stdio sessions
+	// end with their transport.
+	IdleTimeout time.Duration
+
+	// Version is reported to clients as the server's version. Empty means
+	// "dev".
+	Version string
+}
+
+// Server is an MCP server whose tools act inside airlock sandboxes. It is
+// safe for concurrent use; use New.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	sink  audit.Sink
+	clock budget.Clock
+	srv   *sdk.Server
+
+	// base outlives requests: sessions are started with it so that they end
+	// at Close or their deadline, not when the first tool call returns.
+	base   context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	slots    map[*sdk.ServerSession]*slot // guarded by mu
+	starting int                          // sandboxes being started, guarded by mu
+	open     int                          // sandboxes started and not closed, guarded by mu
+	closed   bool                         // guarded by mu
+}
+
+// slot holds the sandbox of one MCP client session, started on first use.
+type slot struct {
+	mu sync.Mutex
+	s  Session // nil until started; guarded by mu
+}
+
+// New validates cfg and returns a server. It starts no sandbox: each MCP
+// client session starts its own at its first tool call.
+func New(cfg Config) (*Server, error) {
+	if cfg.Policy == nil {
+		return nil, errors.New("mcp: new: no policy: set Config.Policy")
+	}
+	if cfg.NewSession == nil {
+		return nil, errors.New("mcp: new: no NewSession: set Config.NewSession")
+	}
+	if cfg.MaxSessions < 0 {
+		return nil, errors.New("mcp: new: MaxSessions is negative: give a positive number or zero for the default")
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = 8
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 10 * time.Minute
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := &Server{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		sink:  cfg.Audit,
+		slots: make(map[*sdk.ServerSession]*slot),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.sink == nil {
+		s.sink = audit.Discard
+	}
+	if s.clock = cfg.Clock; s.clock == nil {
+		s.clock = budget.SystemClock{}
+	}
+	s.base, s.cancel = context.WithCancel(context.Background())
+	s.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock sandbox", Version: cfg.Version}, &sdk.ServerOptions{
+		Instructions: instructions(cfg.Policy),
+		Logger:       s.log,
+		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
+	})
+	s.addTools()
+	return s, nil
+}
+
+// ServeIO serves one MCP client over newline-delimited JSON-RPC on in and
+// out (stdio for `airlock mcp`) until the client disconnects or ctx ends,
+// then closes the server and its sandbox.
+func (s *Server) ServeIO(ctx context.Context, in io.Reader, out io.Writer) error {
+	defer s.Close()
+	t := &sdk.IOTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{out}}
+	err := s.srv.Run(ctx, t)
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }
+
+// Handler returns the streamable HTTP transport for this server. It does
+// no authentication: wrap it with BearerAuth. Each MCP client session gets
+// its own sandbox, closed when the client ends the session or it stays
+// idle for Config.IdleTimeout.
+func (s *Server) Handler() http.Handler {
+	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, &sdk.StreamableHTTPOptions{
+		Logger:         s.log,
+		SessionTimeout: s.cfg.IdleTimeout,
+	})
+}
+
+// Close ends every sandbox session and refuses new ones. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	slots := s.slots
+	s.slots = make(map[*sdk.ServerSession]*slot)
+	s.mu.Unlock()
+	s.cancel()
+	var errs []error
+	for _, sl := range slots {
+		errs = append(errs, s.closeSlot(sl))
+	}
+	return errors.Join(errs...)
+}
+
+// errServerClosed is returned to tool calls that arrive after Close.
+var errServerClosed = errors.New("the airlock server is shutting down: no new sandbox can start")
+
+// errTooMany is returned when MaxSessions sandboxes are already alive.
+var errTooMany = errors.New("too many sandbox sessions are open on this server: end another MCP session and retry")
+
+// errNoSandbox is the public message when a sandbox cannot start; the
+// reason, which may name host paths, goes to the log only.
+var errNoSandbox = errors.New("the sandbox could not start on this host (nothing ran); the operator's log has the reason")
+
+// current returns the sandbox of ss if it has started, else nil. It never
+// starts one.
+func (s *Server) current(ss *sdk.ServerSession) Session {
+	s.mu.Lock()
+	sl := s.slots[ss]
+	s.mu.Unlock()
+	if sl == nil {
+		return nil
+	}
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return sl.s
+}
+
+// sandboxFor returns the sandbox of the MCP session ss, starting it with the
+// policy on first use. A failed start is not remembered: the next call
+// tries again.
+func (s *Server) sandboxFor(ss *sdk.ServerSession) (Session, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errServerClosed
+	}
+	sl := s.slots[ss]
+	if sl == nil {
+		sl = &slot{}
+		s.slots[ss] = sl
+		if ss != nil {
+			go s.reap(ss)
+		}
+	}
+	s.mu.Unlock()
+
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.s != nil {
+		return sl.s, nil
+	}
+	s.mu.Lock()
+	if s.open+s.starting >= s.cfg.MaxSessions {
+		s.mu.Unlock()
+		return nil, errTooMany
+	}
+	s.starting++
+	s.mu.Unlock()
+
+	sess, err := s.cfg.NewSession(s.base, s.cfg.Policy)
+	if err == nil && sess == nil {
+		err = errors.New("airlock bug: mcp: NewSession returned neither a session nor an error")
+	}
+
+	s.mu.Lock()
+	s.starting--
+	stale := s.closed || s.slots[ss] != sl
+	if err == nil && !stale {
+		s.open++
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.log.Error("mcp: start sandbox session", "error", err)
+		return nil, errNoSandbox
+	}
+	if stale {
+		// Close or the transport's end raced with the start.
+		sess.Close()
+		return nil, errServerClosed
+	}
+	s.log.Info("mcp: sandbox session started", "session", sess.ID())
+	sl.s = sess
+	return sess, nil
+}
+
+// reap closes the sandbox of ss once its transport ends.
+func (s *Server) reap(ss *sdk.ServerSession) {
+	ss.Wait()
+	s.mu.Lock()
+	sl := s.slots[ss]
+	delete(s.slots, ss)
+	s.mu.Unlock()
+	if sl != nil {
+		if err := s.closeSlot(sl); err != nil {
+			s.log.Error("mcp: close sandbox session", "error", err)
+		}
+	}
+}
+
+// closeSlot ends the slot's sandbox, if any.
+func (s *Server) closeSlot(sl *slot) error {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if sl.s == nil {
+		return nil
+	}
+	err := sl.s.Close()
+	sl.s = nil
+	s.mu.Lock()
+	s.open--
+	s.mu.Unlock()
+	return err
+}

@@ -1,0 +1,316 @@
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// addTools registers the tools, with descriptions derived from the policy.
+func (s *Server) addTools() {
+	p := s.cfg.Policy
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolRun, Description: runDescription(p)}, s.run)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolReadFile, Description: readDescription(p)}, s.readFile)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolWriteFile, Description: writeDescription(p)}, s.writeFile)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolListFiles, Description: listDescription(p)}, s.listFiles)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolSessionInfo, Description: infoDescription}, s.sessionInfo)
+}
+
+// maxTimeout bounds timeout_seconds before conversion, so that a huge
+// number cannot overflow time.Duration; the session deadline applies anyway.
+const maxTimeout = 24 * time.Hour
+
+// runPlan is a validated run request.
+type runPlan struct {
+	argv []string // argv[0] is exactly as granted in allowed_tools
+	code string   // when non-empty, written to a file whose path is appended to argv
+	ext  string   // the code file's extension
+}
+
+// plan validates in and chooses the command line. A refused interpreter or
+// command is a *Denial; bad arguments are an error.
+func (s *Server) plan(in RunInput) (runPlan, *Denial, error) {
+	if in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxTimeout.Seconds() {
+		return runPlan{}, nil, fmt.Errorf("run: timeout_seconds %v is out of range: give a number of seconds between 0 and %v", in.TimeoutSeconds, maxTimeout.Seconds())
+	}
+	switch {
+	case len(in.Command) > 0 && (in.Code != "" || in.Language != ""):
+		return runPlan{}, nil, errors.New("run: give either command or code with language, not both")
+	case len(in.Command) > 0:
+		if in.Command[0] == "" {
+			return runPlan{}, nil, errors.New("run: command[0] is empty: name an allowed tool, e.g. [\"python3\", \"job.py\"]")
+		}
+		if !mayRun(s.cfg.Policy.AllowedTools(), in.Command[0]) {
+			return runPlan{}, s.toolDenial(in.Command[0]), nil
+		}
+		return runPlan{argv: in.Command}, nil, nil
+	case in.Code == "":
+		return runPlan{}, nil, errors.New("run: give command (e.g. [\"python3\", \"job.py\"]) or code with language")
+	case in.Language == "":
+		return runPlan{}, nil, fmt.Errorf("run: code needs language: one of %s", strings.Join(languageNames(), ", "))
+	}
+	lang, ok := findLanguage(in.Language)
+	if !ok {
+		return runPlan{}, nil, fmt.Errorf("run: language %q is not supported: use one of %s, or give command", in.Language, strings.Join(languageNames(), ", "))
+	}
+	tool, ok := lang.interpreter(s.cfg.Policy.AllowedTools())
+	if !ok {
+		return runPlan{}, s.toolDenial(lang.interpreters[0]), nil
+	}
+	if lang.ext == "" {
+		return runPlan{argv: []string{tool, "-c", in.Code}}, nil, nil
+	}
+	return runPlan{argv: []string{tool}, code: in.Code, ext: lang.ext}, nil, nil
+}
+
+func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, RunOutput, error) {
+	pl, d, err := s.plan(in)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
+	if d != nil {
+		s.emitDenial(d)
+		return runDenied(d)
+	}
+	sess, err := s.sandboxFor(req.Session)
+	if err != nil {
+		return nil, RunOutput{}, err
+	}
+	if pl.code != "" {
+		file, d, err := s.writeCode(sess, pl.code, pl.ext)
+		if err != nil || d != nil {
+			if d != nil {
+				return runDenied(d)
+			}
+			return nil, RunOutput{}, err
+		}
+		if file == "" {
+			// No workspace to hold a file: hand the code over on the
+			// command line instead.
+			pl.argv = append(pl.argv, "-c", pl.code)
+		} else {
+			pl.argv = append(pl.argv, file)
+			defer func() {
+				if err := sess.Guard().Remove(file); err != nil {
+					s.log.Warn("mcp: remove code file", "file", file, "error", err)
+				}
+			}()
+		}
+	}
+	er := ExecRequest{Args: pl.argv, Dir: s.cfg.Dir, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
+	if in.Stdin != "" {
+		er.Stdin = strings.NewReader(in.Stdin)
+	}
+	raw, err := sess.Exec(ctx, er)
+	if err != nil {
+		if d := denialOf(err, s.cfg.Policy); d != nil {
+			return runDenied(d)
+		}
+		return nil, RunOutput{}, s.public("run", err)
+	}
+	rep := new(Report)
+	if err := json.Unmarshal(raw, rep); err != nil {
+		return nil, RunOutput{}, s.public("run", fmt.Errorf("airlock bug: decode report: %w", err))
+	}
+	if rep.Denials == nil {
+		rep.Denials = []Denial{}
+	}
+	res := &sdk.CallToolResult{
+		Content: []sdk.Content{&sdk.TextContent{Text: summarize(rep)}},
+		IsError: rep.ExitCode != 0,
+	}
+	out := RunOutput{Report: *rep}
+	if rep.ExitCode == 127 {
+		for _, d := range rep.Denials {
+			if d.Rule == policy.AllowedTools.String() {
+				out.Denied = &d
+				break
+			}
+		}
+	}
+	return res, out, nil
+}
+
+// mayRun reports whether the sandbox could grant name: exactly listed, or
+// a bare name and an absolute path that may be the same file. The sandbox
+// makes the final decision by resolving both; this check only refuses, up
+// front and without starting a sandbox, what can never run.
+func mayRun(allowed []string, name string) bool {
+	for _, a := range allowed {
+		if a == name || path.Base(a) == path.Base(name) && (strings.HasPrefix(a, "/") != strings.HasPrefix(name, "/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// runDenied is the result of a run refused before anything started: exit
+// code 127 like the CLI's "not an allowed tool".
+func runDenied(d *Denial) (*sdk.CallToolResult, RunOutput, error) {
+	halted := (*string)(nil)
+	code := 127
+	if d.Layer == "budget" {
+		code, halted = 124, &d.Rule
+	}
+	out := RunOutput{Report: Report{ExitCode: code, HaltedBy: halted, Denials: []Denial{*d}, Error: d.Message}, Denied: d}
+	return deniedResult(d), out, nil
+}
+
+// writeCode writes code to a fresh file in the session's workspace and
+// returns its path, or "" when the session has no workspace.
+func (s *Server) writeCode(sess Session, code, ext string) (string, *Denial, error) {
+	ws := sess.Info().Workspace
+	if ws == "" {
+		return "", nil, nil
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", nil, s.public("run", err)
+	}
+	file := strings.TrimSuffix(ws, "/") + "/.airlock-run-" + hex.EncodeToString(b[:]) + ext
+	if err := sess.Guard().Write(file, []byte(code)); err != nil {
+		if d := denialOf(err, s.cfg.Policy); d != nil {
+			return "", d, nil
+		}
+		return "", nil, s.public("run", err)
+	}
+	return file, nil, nil
+}
+
+func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in ReadFileInput) (*sdk.CallToolResult, ReadFileOutput, error) {
+	if in.Path == "" {
+		return nil, ReadFileOutput{}, errors.New("read_file: path is empty: give the file to read")
+	}
+	sess, err := s.sandboxFor(req.Session)
+	if err != nil {
+		return nil, ReadFileOutput{}, err
+	}
+	data, err := sess.Guard().Read(in.Path)
+	if err != nil {
+		if d := denialOf(err, s.cfg.Policy); d != nil {
+			return deniedResult(d), ReadFileOutput{Denied: d}, nil
+		}
+		return nil, ReadFileOutput{}, s.fileError("read_file", err)
+	}
+	out := ReadFileOutput{Path: in.Path, Size: len(data)}
+	if utf8.Valid(data) {
+		out.Content = string(data)
+	} else {
+		out.Content, out.Encoding = base64.StdEncoding.EncodeToString(data), "base64"
+	}
+	return nil, out, nil
+}
+
+func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in WriteFileInput) (*sdk.CallToolResult, WriteFileOutput, error) {
+	if in.Path == "" {
+		return nil, WriteFileOutput{}, errors.New("write_file: path is empty: give the file to write")
+	}
+	data := []byte(in.Content)
+	switch in.Encoding {
+	case "":
+	case "base64":
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(in.Content); err != nil {
+			return nil, WriteFileOutput{}, fmt.Errorf("write_file: content is not valid base64: %v", err)
+		}
+	default:
+		return nil, WriteFileOutput{}, fmt.Errorf("write_file: encoding %q is not supported: leave it out for text or give \"base64\"", in.Encoding)
+	}
+	sess, err := s.sandboxFor(req.Session)
+	if err != nil {
+		return nil, WriteFileOutput{}, err
+	}
+	if err := sess.Guard().Write(in.Path, data); err != nil {
+		if d := denialOf(err, s.cfg.Policy); d != nil {
+			return deniedResult(d), WriteFileOutput{Denied: d}, nil
+		}
+		return nil, WriteFileOutput{}, s.fileError("write_file", err)
+	}
+	return nil, WriteFileOutput{Path: in.Path, Bytes: len(data)}, nil
+}
+
+func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in ListFilesInput) (*sdk.CallToolResult, ListFilesOutput, error) {
+	sess, err := s.sandboxFor(req.Session)
+	if err != nil {
+		return nil, ListFilesOutput{}, err
+	}
+	dir := in.Path
+	if dir == "" {
+		if dir = sess.Info().Workspace; dir == "" {
+			return nil, ListFilesOutput{}, errors.New("list_files: this session has no workspace (no fs_write grant): give a path inside fs_read")
+		}
+	}
+	entries, err := sess.Guard().List(dir)
+	if err != nil {
+		if d := denialOf(err, s.cfg.Policy); d != nil {
+			return deniedResult(d), ListFilesOutput{Denied: d}, nil
+		}
+		return nil, ListFilesOutput{}, s.fileError("list_files", err)
+	}
+	out := ListFilesOutput{Path: dir, Entries: make([]FileEntry, 0, len(entries))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, FileEntry{Name: e.Name, Dir: e.Dir, Size: e.Size, Mode: e.Mode.String()})
+	}
+	return nil, out, nil
+}
+
+func (s *Server) sessionInfo(ctx context.Context, req *sdk.CallToolRequest, _ SessionInfoInput) (*sdk.CallToolResult, SessionInfoOutput, error) {
+	out, err := grants(s.cfg.Policy)
+	if err != nil {
+		return nil, SessionInfoOutput{}, s.public("session_info", err)
+	}
+	if sess := s.current(req.Session); sess != nil {
+		info := sess.Info()
+		out.Started, out.ID, out.Workspace = true, info.ID, info.Workspace
+		m := sess.Guard().Meter()
+		ops, output := m.Usage()
+		left := m.Deadline().Sub(s.clock.Now()).Seconds()
+		out.Usage = &UsageInfo{
+			Ops:         ops,
+			OpsLeft:     max(m.Limits().Ops-ops, 0),
+			OutputBytes: output,
+			CPUMS:       info.Usage.CPUMS,
+			Execs:       info.Execs,
+			SecondsLeft: max(left, 0),
+			HaltedBy:    string(m.HaltedBy()),
+		}
+		deadline := m.Deadline()
+		out.Deadline = &deadline
+	} else if ws := s.cfg.Policy.FSWrite(); len(ws) > 0 {
+		out.Workspace = ws[0]
+	}
+	return nil, out, nil
+}
+
+// fileError turns a guard error that is not a denial into a tool error.
+// A *fs.PathError names the agent's own path (canonicalized) and an errno,
+// so it is shown as is; anything else is an internal failure.
+func (s *Server) fileError(tool string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", tool, err)
+	}
+	return s.public(tool, err)
+}
+
+// public logs err and returns the message the model may see.
+func (s *Server) public(tool string, err error) error {
+	if errors.Is(err, ErrSessionClosed) {
+		return fmt.Errorf("%s: the sandbox session has ended (its deadline passed or it was closed); start a new MCP session to get a fresh sandbox", tool)
+	}
+	s.log.Error("mcp: tool failed", "tool", tool, "error", err)
+	return fmt.Errorf("%s: internal error in airlock; the operator's log has the details", tool)
+}

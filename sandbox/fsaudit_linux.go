@@ -1,0 +1,120 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/enforce/fsaudit"
+)
+
+// One audit collector serves every run of the process; it is started by
+// the first run that asks for filesystem denials and closed (restoring the
+// host's audit switch) when the last one ends.
+var fsAudit struct {
+	mu    sync.Mutex
+	col   *fsaudit.Collector // guarded by mu
+	users int                // guarded by mu
+}
+
+// acquireFSAudit returns the shared collector, or an error saying why
+// filesystem denials cannot be reported on this host.
+func acquireFSAudit() (*fsaudit.Collector, error) {
+	fsAudit.mu.Lock()
+	defer fsAudit.mu.Unlock()
+	if fsAudit.col == nil {
+		if err := fsaudit.Available(); err != nil {
+			return nil, err
+		}
+		col, err := fsaudit.Start(fsaudit.Options{SelfTestPath: "/"})
+		if err != nil {
+			return nil, err
+		}
+		fsAudit.col = col
+	}
+	fsAudit.users++
+	return fsAudit.col, nil
+}
+
+func releaseFSAudit() {
+	fsAudit.mu.Lock()
+	defer fsAudit.mu.Unlock()
+	fsAudit.users--
+	if fsAudit.users == 0 && fsAudit.col != nil {
+		_ = fsAudit.col.Close() // restores the audit switch if we turned it on
+		fsAudit.col = nil
+	}
+}
+
+// fsDenials is the filesystem-denial side of one run or session.
+type fsDenials struct {
+	col *fsaudit.Collector
+	run *fsaudit.Run
+
+	mu   sync.Mutex
+	seen int // guarded by mu: denials already emitted (sessions emit per exec)
+}
+
+// startFSAudit prepares denial collection when the config asks for it and
+// records in the report whether it works here.
+func startFSAudit(r *run) *fsDenials {
+	if !r.c.FSAudit {
+		r.report.Enforcement.FSDenials = "off: filesystem denials are enforced but not reported (enable Config.FSAudit; airlock run does by default)"
+		return nil
+	}
+	col, err := acquireFSAudit()
+	if err != nil {
+		r.report.Enforcement.FSDenials = "unavailable: " + err.Error()
+		return nil
+	}
+	r.report.Enforcement.FSDenials = "reported from Landlock audit records"
+	return &fsDenials{col: col}
+}
+
+// track attributes the records of the init's Landlock domain to this run.
+//
+// Preconditions:
+//   - the init has not restricted itself yet (it waits for "go")
+func (f *fsDenials) track(pid int) {
+	if f != nil {
+		f.run = f.col.Track(pid)
+	}
+}
+
+// emit sends the denials not yet emitted to the run's sink. With settle,
+// it first waits (bounded) until the kernel has released the domain.
+func (f *fsDenials) emit(r *run, settle bool) {
+	if f == nil || f.run == nil {
+		return
+	}
+	ds := f.run.Denials()
+	if settle {
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		if got, err := f.run.Settle(ctx); err == nil || len(got) > len(ds) {
+			ds = got
+		}
+		cancel()
+	}
+	f.mu.Lock()
+	fresh := ds[min(f.seen, len(ds)):]
+	f.seen = max(f.seen, len(ds))
+	f.mu.Unlock()
+	for _, d := range fresh {
+		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message, Suggestion: d.Suggestion})
+	}
+	if f.run.Stats().Incomplete() {
+		r.report.Enforcement.FSDenials = "reported from Landlock audit records; some records were lost, so the list may be incomplete"
+	}
+}
+
+// close ends collection for the run.
+func (f *fsDenials) close() {
+	if f == nil {
+		return
+	}
+	if f.run != nil {
+		f.run.Close()
+	}
+	releaseFSAudit()
+}
