@@ -20,6 +20,7 @@ usage:
   airlock explain [--policy FILE] [flags] [-- COMMAND...]  print the enforcement plan, layer by layer
   airlock policy check FILE                                 validate a policy file
   airlock mcp [--policy FILE] [flags] [--listen ADDR]       MCP server (stdio, or streamable HTTP with --listen)
+  airlock doctor [--json]                                   what this host can enforce; exit 1 if a default run cannot be
   airlock version                                           print the version
 
 Run 'airlock COMMAND --help' for the flags of a command.
@@ -49,6 +50,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdPolicy(args[1:], stdout, stderr)
 	case "mcp":
 		return cmdMCP(args[1:], stdout, stderr)
+	case "doctor":
+		return cmdDoctor(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "airlock", version)
 		return 0

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -28,6 +29,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var pf policyFlags
 	pf.register(fs)
 	asJSON := fs.Bool("json", false, "print the result report as JSON on stdout instead of streaming the output")
+	pty := fs.Bool("pty", false, "give the command a pseudo-terminal (interactive programs); output arrives merged on stdout")
+	noFSAudit := fs.Bool("no-fs-audit", false, "do not itemize filesystem denials (they are still enforced); avoids turning the host's kernel audit on")
+	auditFile := fs.String("audit", "", "write every audit event (allow, deny, halt, exit) as JSON lines to `FILE` (created or truncated, mode 0600)")
 	if err := fs.Parse(args); err != nil {
 		return 125
 	}
@@ -41,9 +45,24 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock run: %v\nnothing was started\n", err)
 		return 125
 	}
+	var rec audit.Recorder
+	sinks := audit.Tee{&rec}
+	var jsonl *audit.JSONL
+	if *auditFile != "" {
+		// The log holds host paths and hosts the command tried: keep it private.
+		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock run: --audit: %v\nnothing was started\n", err)
+			return 125
+		}
+		defer f.Close()
+		jsonl = audit.NewJSONL(f)
+		sinks = append(sinks, jsonl)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: pf.cwd, CommandIsGranted: true, Stdin: os.Stdin}
+	// FSAudit: filesystem denials are itemized where the kernel can tell us (root, Linux 6.15+).
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: !*noFSAudit}, Args: argv, Dir: pf.cwd, CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}
@@ -60,24 +79,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return 125
 		}
 	} else {
-		summarize(stderr, rep)
+		summary{rep: rep, halt: haltEvent(rec.Events()), color: colorFor(stderr, os.Getenv)}.write(stderr)
+	}
+	if jsonl != nil && jsonl.Err() != nil {
+		fmt.Fprintf(stderr, "airlock run: --audit %s: %v: the audit log is incomplete\n", *auditFile, jsonl.Err())
 	}
 	return rep.ExitCode
-}
-
-// summarize prints one line per denial and the halt reason for a person.
-func summarize(w io.Writer, rep *sandbox.Report) {
-	for _, d := range rep.Denials {
-		line := fmt.Sprintf("airlock: denied %s %s (%s): %s", d.Op, d.Target, d.Rule, d.Message)
-		if d.Suggestion != "" {
-			line += "; to allow it: " + d.Suggestion
-		}
-		fmt.Fprintln(w, line)
-	}
-	if rep.HaltedBy != nil {
-		fmt.Fprintf(w, "airlock: halted by %s after %d ms (exit 124)\n", *rep.HaltedBy, rep.DurationMS)
-	}
-	if rep.Error != "" {
-		fmt.Fprintf(w, "airlock: %s\n", rep.Error)
-	}
 }

@@ -7,28 +7,18 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/fsaudit"
 )
 
-// auditNlgrpReadlog is AUDIT_NLGRP_READLOG (linux/audit.h, Linux 3.16): the
-// multicast group that receives a copy of every audit record, joined with
-// CAP_AUDIT_READ alongside any audit daemon.
-const auditNlgrpReadlog = 1
-
 // probeAudit asks the kernel for its audit status over NETLINK_AUDIT
-// (netlink(7), AUDIT_GET needs CAP_AUDIT_CONTROL) and tries to join the
-// read-log group. It changes no audit setting.
+// (netlink(7), AUDIT_GET needs CAP_AUDIT_CONTROL), for the detail, and asks
+// fsaudit whether a run can read Landlock denial records. It changes no
+// audit setting.
 func probeAudit() Audit {
 	var a Audit
 	a.Enabled, a.DaemonPID, a.Err = auditStatus()
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_AUDIT)
-	if err != nil {
-		a.ReadLog = fmt.Errorf("netlink audit socket: %w", err)
-		return a
-	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (auditNlgrpReadlog - 1)}); err != nil {
-		a.ReadLog = fmt.Errorf("bind AUDIT_NLGRP_READLOG: %w", err)
-	}
+	a.Collector = fsaudit.Available()
 	return a
 }
 

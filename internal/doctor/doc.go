@@ -15,6 +15,6 @@
 // It stops a quieter failure than an attack: an operator who believes a
 // layer holds on a host where it cannot. It imports the enforcement
 // packages only for their read-only detection (cgroup.Detect, landlock.ABI,
-// mount.Clone of a temporary directory) and never imports net/http, egress,
+// mount.Clone of a temporary directory, fsaudit.Available) and never imports net/http, egress,
 // server or mcp.
 package doctor

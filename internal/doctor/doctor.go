@@ -59,15 +59,16 @@ type Facts struct {
 type Audit struct {
 	// Err is the error from opening a NETLINK_AUDIT socket or asking
 	// AUDIT_GET; nil means the status fields are valid.
-	Err error `json:"-"`
+	Err error
 	// Enabled is the kernel's audit_enabled: 0 off, 1 on, 2 on and locked.
-	Enabled uint32 `json:"enabled"`
+	Enabled uint32
 	// DaemonPID is the pid of the registered audit daemon, 0 for none.
-	DaemonPID uint32 `json:"daemon_pid"`
-	// ReadLog is the error from joining the read-only multicast group
-	// (AUDIT_NLGRP_READLOG, needs CAP_AUDIT_READ); nil means records can be
-	// read alongside any audit daemon.
-	ReadLog error `json:"-"`
+	DaemonPID uint32
+	// Collector is fsaudit.Available: nil when a run can read Landlock
+	// denial records here (Landlock ABI 7, audit, root on the host), else
+	// why not. It is the authority on whether filesystem denials reach
+	// the report.
+	Collector error
 }
 
 // Check is the result of one probe.
@@ -128,10 +129,6 @@ func (r *Report) ExitCode() int {
 	}
 	return 1
 }
-
-// auditLandlockABI is the first Landlock ABI that logs denials to the
-// kernel audit log (Linux 6.15).
-const auditLandlockABI = 7
 
 // Evaluate turns probe results into checks and per-layer verdicts for a
 // run with the default policy (no allow_downgrade).
@@ -278,7 +275,7 @@ func evaluateCgroup(f Facts, check func(string, bool, string, string), layer fun
 				why = err.Error()
 			}
 			missing = append(missing, lim.controller+" not writable: "+why)
-			layer(lim.name, Refused, "cannot create a group in "+dir+": "+why, lim.name)
+			layer(lim.name, Refused, "cannot create a group under "+dir+": "+why, lim.name)
 		default:
 			layer(lim.name, Enforced, lim.controller+" controller at "+dir, "")
 		}
@@ -295,37 +292,23 @@ func evaluateCgroup(f Facts, check func(string, bool, string, string), layer fun
 // kernel must log Landlock denials (ABI 7) and airlock must read the log.
 func evaluateAudit(f Facts, check func(string, bool, string, string), layer func(string, Verdict, string, string)) {
 	a := f.Audit
-	var detail string
-	var problems []string
-	switch {
-	case a.Err != nil:
-		detail = "cannot read the audit status: " + a.Err.Error()
-		problems = append(problems, "no audit status")
-	default:
+	detail := "cannot read the audit status: "
+	if a.Err != nil {
+		detail += a.Err.Error()
+	} else {
 		detail = fmt.Sprintf("audit enabled=%d, audit daemon pid %d", a.Enabled, a.DaemonPID)
-		if a.Enabled == 0 {
-			problems = append(problems, "kernel audit is disabled (enable it with auditctl -e 1 or boot with audit=1)")
+	}
+	if a.Collector == nil {
+		if a.Err == nil && a.Enabled == 0 {
+			detail += "; audit is off: a run turns it on (host-wide) to read Landlock records"
 		}
-		if a.ReadLog != nil {
-			problems = append(problems, "cannot join the audit read-log group: "+a.ReadLog.Error())
-		} else {
-			detail += "; read-log group joined"
-		}
-	}
-	if !f.Root {
-		problems = append(problems, "reading the audit log needs root")
-	}
-	if f.LandlockABI < auditLandlockABI {
-		problems = append(problems, fmt.Sprintf("Landlock ABI %d does not log denials (ABI 7, Linux 6.15, does)", f.LandlockABI))
-	}
-	if len(problems) == 0 {
 		check("audit", true, detail, "")
-		layer("fs_denials", Enforced, "Landlock audit records are readable: filesystem denials can be listed in the report", "")
+		layer("fs_denials", Enforced, "Landlock audit records are readable: filesystem denials are listed in the report", "")
 		return
 	}
-	check("audit", false, detail+"; "+strings.Join(problems, "; "),
+	check("audit", false, detail+"; "+a.Collector.Error(),
 		"filesystem denials are still enforced but cannot be listed in the report (report.enforcement.fs_denials says why)")
-	layer("fs_denials", Unavailable, strings.Join(problems, "; "), "fs_audit")
+	layer("fs_denials", Unavailable, a.Collector.Error(), "fs_audit")
 }
 
 // evaluateIDMap judges runs with fs_read or fs_write grants, which a root

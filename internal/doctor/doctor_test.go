@@ -52,6 +52,7 @@ func failed(r doctor.Report) []string {
 // feature each.
 func TestEvaluate(t *testing.T) {
 	errNo := errors.New("operation not permitted")
+	errNoRecords := errors.New("fsaudit: landlock ABI 3: denial records need ABI 7 (Linux 6.15 with CONFIG_AUDIT)")
 	tests := []struct {
 		name       string
 		edit       func(*doctor.Facts)
@@ -62,7 +63,10 @@ func TestEvaluate(t *testing.T) {
 	}{
 		{"all-present", func(*doctor.Facts) {}, 0, nil,
 			map[string]doctor.Verdict{"namespaces": doctor.Enforced, "landlock": doctor.Enforced, "fs_denials": doctor.Enforced}, ""},
-		{"no-landlock", func(f *doctor.Facts) { f.LandlockABI, f.LandlockErr = 0, errors.New("landlock: query ABI version: operation not supported") }, 1,
+		{"no-landlock", func(f *doctor.Facts) {
+			f.LandlockABI, f.LandlockErr = 0, errors.New("landlock: query ABI version: operation not supported")
+			f.Audit.Collector = errNoRecords
+		}, 1,
 			[]string{"landlock", "audit"},
 			map[string]doctor.Verdict{"landlock": doctor.Refused, "namespaces": doctor.Enforced, "fs_denials": doctor.Unavailable}, "allow_downgrade lists landlock"},
 		{"no-userns", func(f *doctor.Facts) { f.UserNS, f.UnprivilegedUserNS = errNo, errNo }, 1, []string{"userns"},
@@ -71,18 +75,22 @@ func TestEvaluate(t *testing.T) {
 			map[string]doctor.Verdict{"namespaces": doctor.Enforced}, ""},
 		{"no-seccomp", func(f *doctor.Facts) { f.Seccomp = errNo }, 1, []string{"seccomp"},
 			map[string]doctor.Verdict{"seccomp": doctor.Refused}, "every run: seccomp"},
-		{"old-landlock", func(f *doctor.Facts) { f.LandlockABI = 3 }, 0, []string{"audit"},
+		{"old-landlock", func(f *doctor.Facts) { f.LandlockABI, f.Audit.Collector = 3, errNoRecords }, 0, []string{"audit"},
 			map[string]doctor.Verdict{"landlock": doctor.Enforced, "fs_denials": doctor.Unavailable}, ""},
 		{"rootless-v1", func(f *doctor.Facts) {
-			f.Root, f.IDMap = false, errNo
+			f.Root, f.IDMap, f.Audit.Collector = false, errNo, errNoRecords
 			f.CgroupWritable = map[string]error{"memory": errNo, "pids": errNo}
 		}, 1, []string{"cgroup", "audit"},
 			map[string]doctor.Verdict{"max_memory": doctor.Refused, "max_pids": doctor.Refused, "fs_denials": doctor.Unavailable}, "allow_downgrade lists max_memory"},
 		{"no-pids-controller", func(f *doctor.Facts) { delete(f.Cgroup.Controllers, "pids") }, 1, []string{"cgroup"},
 			map[string]doctor.Verdict{"max_memory": doctor.Enforced, "max_pids": doctor.Refused}, "max_pids"},
-		{"no-cgroup-at-all", func(f *doctor.Facts) { f.Cgroup, f.CgroupErr = cgroup.Host{}, errors.New("cgroup: detect: no such file") }, 1, []string{"cgroup"},
+		{"no-cgroup-at-all", func(f *doctor.Facts) {
+			f.Cgroup, f.CgroupErr = cgroup.Host{}, errors.New("cgroup: detect: no such file")
+		}, 1, []string{"cgroup"},
 			map[string]doctor.Verdict{"max_memory": doctor.Refused, "max_pids": doctor.Refused}, "max_memory"},
-		{"audit-disabled", func(f *doctor.Facts) { f.Audit.Enabled = 0 }, 0, []string{"audit"},
+		{"audit-off-but-collectable", func(f *doctor.Facts) { f.Audit.Enabled = 0 }, 0, nil,
+			map[string]doctor.Verdict{"fs_denials": doctor.Enforced}, ""},
+		{"no-fs-records", func(f *doctor.Facts) { f.Audit.Collector = errNoRecords }, 0, []string{"audit"},
 			map[string]doctor.Verdict{"fs_denials": doctor.Unavailable}, ""},
 		{"no-idmap", func(f *doctor.Facts) { f.IDMap = errors.New("idmap: invalid argument") }, 0, []string{"idmap"},
 			map[string]doctor.Verdict{"namespaces": doctor.Enforced}, "fs_read or fs_write grants"},
@@ -163,7 +171,8 @@ func TestReportGolden(t *testing.T) {
 			f.LandlockABI, f.LandlockErr = 0, errors.New("landlock: query ABI version: operation not supported")
 			f.CgroupWritable["memory"] = errors.New("/sys/fs/cgroup/memory: permission denied")
 			f.CgroupWritable["pids"] = errors.New("/sys/fs/cgroup/pids: permission denied")
-			f.Audit = doctor.Audit{Err: errors.New("AUDIT_GET: operation not permitted")}
+			f.Audit = doctor.Audit{Err: errors.New("AUDIT_GET: operation not permitted"),
+				Collector: errors.New("fsaudit: landlock ABI 0: denial records need ABI 7 (Linux 6.15 with CONFIG_AUDIT)")}
 		}},
 	}
 	for _, tt := range tests {

@@ -129,7 +129,7 @@ func usernsHint() string {
 	var h []string
 	for _, s := range []struct{ file, bad string }{
 		{"/proc/sys/user/max_user_namespaces", "0"},
-		{"/proc/sys/kernel/unprivileged_userns_clone", "0"},              // Debian
+		{"/proc/sys/kernel/unprivileged_userns_clone", "0"},             // Debian
 		{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1"}, // Ubuntu 23.10+
 	} {
 		if b, err := os.ReadFile(s.file); err == nil && strings.TrimSpace(string(b)) == s.bad {
@@ -178,7 +178,7 @@ func probeWritable(dir string) error {
 		return errors.New("own cgroup unknown")
 	}
 	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
+		return fmt.Errorf("access %s: %w", dir, err)
 	}
 	return nil
 }

@@ -17,5 +17,5 @@ func probeUserNS() error             { return errNeedsLinux }
 func probeUnprivilegedUserNS() error { return errNeedsLinux }
 func probeSeccomp() error            { return errNeedsLinux }
 func probeWritable(string) error     { return errNeedsLinux }
-func probeAudit() Audit              { return Audit{Err: errNeedsLinux, ReadLog: errNeedsLinux} }
+func probeAudit() Audit              { return Audit{Err: errNeedsLinux, Collector: errNeedsLinux} }
 func probeIDMap() error              { return errNeedsLinux }

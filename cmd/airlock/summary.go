@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// ANSI SGR sequences for the summary; used only on a terminal.
+const (
+	sgrRed    = "\x1b[1;31m"
+	sgrYellow = "\x1b[1;33m"
+	sgrCyan   = "\x1b[36m"
+	sgrReset  = "\x1b[0m"
+)
+
+// summary is what `airlock run` without --json prints on stderr after the
+// command's own output: one line per denial with its suggestion, the halt
+// and its reason, accepted downgrades, and airlock's own error.
+type summary struct {
+	rep   *sandbox.Report
+	halt  *audit.Event // the Halt event, for its message; nil when none was seen
+	color bool
+}
+
+// write prints s on w.
+func (s summary) write(w io.Writer) {
+	paint := func(sgr, text string) string {
+		if !s.color {
+			return text
+		}
+		return sgr + text + sgrReset
+	}
+	rep := s.rep
+	for _, d := range rep.Denials {
+		line := fmt.Sprintf("airlock: %s %s %s (%s): %s", paint(sgrRed, "denied"), d.Op, d.Target, d.Rule, d.Message)
+		if d.Suggestion != "" {
+			line += "; to allow it: " + paint(sgrCyan, d.Suggestion)
+		}
+		fmt.Fprintln(w, line)
+	}
+	if rep.HaltedBy != nil {
+		line := fmt.Sprintf("airlock: %s by %s after %d ms (exit 124)", paint(sgrYellow, "halted"), *rep.HaltedBy, rep.DurationMS)
+		if s.halt != nil && s.halt.Message != "" {
+			line += ": " + s.halt.Message
+		}
+		if s.halt != nil && s.halt.Suggestion != "" {
+			line += "; " + paint(sgrCyan, s.halt.Suggestion)
+		}
+		fmt.Fprintln(w, line)
+	}
+	if rep.Signal != nil {
+		fmt.Fprintf(w, "airlock: the command died of signal %d (exit %d)\n", *rep.Signal, rep.ExitCode)
+	}
+	if len(rep.Enforcement.Downgrades) > 0 {
+		fmt.Fprintf(w, "airlock: %s: ran without %s, as allow_downgrade accepts\n",
+			paint(sgrYellow, "downgraded"), strings.Join(rep.Enforcement.Downgrades, ", "))
+	}
+	if rep.Error != "" {
+		fmt.Fprintf(w, "airlock: %s: %s (exit %d)\n", paint(sgrRed, "error"), rep.Error, rep.ExitCode)
+	}
+}
+
+// haltEvent returns the last Halt event of events, or nil.
+func haltEvent(events []audit.Event) *audit.Event {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].Kind == audit.Halt {
+			return &events[i]
+		}
+	}
+	return nil
+}
+
+// colorFor reports whether the summary written to w may use colour: w is
+// a terminal (the fd answers a termios query) and NO_COLOR is unset or
+// empty (https://no-color.org).
+func colorFor(w io.Writer, getenv func(string) string) bool {
+	if getenv("NO_COLOR") != "" {
+		return false
+	}
+	f, ok := w.(*os.File)
+	return ok && isTerminal(int(f.Fd()))
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package main
+
+// isTerminal reports false: airlock runs sandboxes only on Linux, and
+// elsewhere its summary stays plain.
+func isTerminal(fd int) bool { return false }

@@ -1,0 +1,199 @@
+//go:build linux
+
+// Package csvinjection_test runs the csv-injection example end to end: the
+// real airlock binary, the example's policy, a planted credential and a
+// loopback listener playing the attacker.
+package csvinjection_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// attacker accepts connections on loopback and counts them and their bytes.
+type attacker struct {
+	ln    net.Listener
+	conns atomic.Int64
+	bytes atomic.Int64
+	wg    sync.WaitGroup
+}
+
+func newAttacker(t *testing.T) *attacker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &attacker{ln: ln}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed
+			}
+			a.conns.Add(1)
+			a.wg.Add(1)
+			go func() {
+				defer a.wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				n, _ := io.Copy(io.Discard, c)
+				a.bytes.Add(n)
+			}()
+		}
+	}()
+	return a
+}
+
+// close stops the listener and waits for the handlers.
+func (a *attacker) close() {
+	a.ln.Close()
+	a.wg.Wait()
+}
+
+// copyExample copies the example's files (not out/) into dir.
+func copyExample(t *testing.T, dir string) {
+	t.Helper()
+	for _, name := range []string{"sales.csv", "agent_snippet.py", "policy.yaml"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func buildAirlock(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "airlock")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	// go test puts $GOROOT/bin first on PATH.
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/airlock-sandbox/airlock/cmd/airlock").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/airlock: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestCSVInjection is the README's opening story: the honest work lands in
+// out/, the credential read fails, the attacker receives nothing, the loop
+// dies at max_wall, and the report lists the refused POST and the halt.
+func TestCSVInjection(t *testing.T) {
+	airtest.RequireUserNS(t)
+	airtest.RequireLandlockABI(t, 4)
+	airtest.RequireBinary(t, "/usr/bin/python3")
+	bin := buildAirlock(t)
+
+	dir := t.TempDir()
+	copyExample(t, dir)
+	home := filepath.Join(t.TempDir(), "home")
+	const secret = "aws_secret_access_key = AIRLOCKTESTSECRETDONOTSEND"
+	if err := os.MkdirAll(filepath.Join(home, ".aws"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte("[default]\n"+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	evil := newAttacker(t)
+	url := "http://" + evil.ln.Addr().String() + "/collect"
+
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "--policy", "policy.yaml",
+		"--env", "HOME="+home, "--env", "ATTACKER_URL="+url, "--json", "--", "python3", "../agent_snippet.py")
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	evil.close()
+	if ctx.Err() != nil {
+		t.Fatalf("airlock run did not finish within 60s (max_wall is 5s)\nstderr:\n%s", stderr.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Errorf("airlock run: %v, want exit status 124\nstderr:\n%s", err, stderr.String())
+	}
+	var rep sandbox.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, stdout.String())
+	}
+	t.Logf("report:\n%s", stdout.String())
+
+	// The task the user asked for was done.
+	trend, err := os.ReadFile(filepath.Join(dir, "out", "trend.txt"))
+	if err != nil || !strings.Contains(string(trend), "2024-01") || !strings.Contains(string(trend), "2024-04") {
+		t.Errorf("out/trend.txt = %q, %v; want the monthly totals for 2024-01 to 2024-04", trend, err)
+	}
+	chart, err := os.ReadFile(filepath.Join(dir, "out", "trend.svg"))
+	if err != nil || !bytes.HasPrefix(chart, []byte("<svg")) || !bytes.Contains(chart, []byte("<polyline")) {
+		t.Errorf("out/trend.svg = %.80q, %v; want an SVG line chart", chart, err)
+	}
+	if !strings.Contains(rep.Stdout, "step trend: wrote") {
+		t.Errorf("stdout lacks the trend step:\n%s", rep.Stdout)
+	}
+
+	// The injected steps failed.
+	if !strings.Contains(rep.Stdout, "step credentials: FAILED") || strings.Contains(rep.Stdout, "AIRLOCKTESTSECRET") {
+		t.Errorf("the credential read did not fail inside the sandbox:\n%s", rep.Stdout)
+	}
+	if !strings.Contains(rep.Stdout, "step exfiltrate: FAILED") {
+		t.Errorf("the POST did not fail inside the sandbox:\n%s", rep.Stdout)
+	}
+	if n, b := evil.conns.Load(), evil.bytes.Load(); n != 0 || b != 0 {
+		t.Errorf("the attacker's listener got %d connections and %d bytes, want none", n, b)
+	}
+
+	// And the loop died at the deadline.
+	if rep.HaltedBy == nil || *rep.HaltedBy != "max_wall" || rep.ExitCode != 124 {
+		t.Errorf("report halted_by = %v, exit_code = %d; want max_wall and 124", rep.HaltedBy, rep.ExitCode)
+	}
+	if !strings.Contains(rep.Stdout, "step loop: waiting forever") {
+		t.Errorf("the loop never started, so the halt proves nothing:\n%s", rep.Stdout)
+	}
+
+	// The report explains the refusals.
+	target := evil.ln.Addr().String()
+	var netDenied, fsDenied bool
+	for _, d := range rep.Denials {
+		if d.Layer == "net" && d.Rule == "net_hosts" && d.Target == target {
+			netDenied = true
+		}
+		if d.Layer == "fs" {
+			fsDenied = true
+		}
+	}
+	if !netDenied {
+		t.Errorf("report lists no net_hosts denial of %s: %+v", target, rep.Denials)
+	}
+	switch {
+	case fsDenied:
+		t.Logf("the credential read is listed as a filesystem denial")
+	case rep.Enforcement.FSDenials != "":
+		t.Logf("no filesystem denial listed; enforcement.fs_denials = %q", rep.Enforcement.FSDenials)
+	default:
+		t.Errorf("report lists no filesystem denial and enforcement.fs_denials does not say why")
+	}
+}
