@@ -141,3 +141,22 @@ func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
 }
+
+// TestLocalServerInsideSandbox: the sandbox's own loopback works (a test
+// suite or a dev server talking to itself), while the host's stays out of
+// reach (TestAttackNetwork).
+func TestLocalServerInsideSandbox(t *testing.T) {
+	requireSandbox(t)
+	rep := py(t, policy.Spec{}, `
+import socket, threading
+srv = socket.socket(); srv.bind(("127.0.0.1", 8000)); srv.listen(1)
+def serve():
+    c, _ = srv.accept(); c.sendall(b"pong"); c.close()
+threading.Thread(target=serve).start()
+c = socket.create_connection(("127.0.0.1", 8000), timeout=5)
+print(c.recv(4).decode())`)
+	wantExit(t, rep, 0)
+	if !strings.Contains(rep.Stdout, "pong") {
+		t.Fatalf("stdout = %q, stderr = %q", rep.Stdout, rep.Stderr)
+	}
+}

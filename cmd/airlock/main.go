@@ -19,6 +19,7 @@ usage:
   airlock run [--policy FILE] [flags] -- COMMAND [ARG]...   run COMMAND in a fresh sandbox
   airlock explain [--policy FILE] [flags] [-- COMMAND...]  print the enforcement plan, layer by layer
   airlock policy check FILE                                 validate a policy file
+  airlock serve [--listen ADDR] [--token-file F]           HTTP API with long-lived sessions
   airlock mcp [--policy FILE] [flags] [--listen ADDR]       MCP server (stdio, or streamable HTTP with --listen)
   airlock doctor [--json]                                   what this host can enforce; exit 1 if a default run cannot be
   airlock version                                           print the version
@@ -50,6 +51,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdPolicy(args[1:], stdout, stderr)
 	case "mcp":
 		return cmdMCP(args[1:], stdout, stderr)
+	case "serve":
+		return cmdServe(args[1:], stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "version", "--version":

@@ -94,10 +94,10 @@ func (pl *Plan) String() string {
 			fmt.Fprintf(&b, "  allow    %-40s [net_hosts]\n", h)
 		}
 		b.WriteString("  everything else, and any name that resolves to a private, loopback or metadata address not listed exactly, is refused before a connection is made\n")
-		fmt.Fprintf(&b, "  landlock: TCP connect only to ports %v\n", pl.ConnectPorts)
 	} else {
-		b.WriteString("  no net_hosts: no way out at all (no proxy, no DNS, TCP connect denied by landlock)\n")
+		b.WriteString("  no net_hosts: no way out at all (no proxy, no DNS)\n")
 	}
+	b.WriteString("  connect() reaches only the sandbox's own loopback: its own servers and the proxy (the init verifies lo is the only interface)\n")
 	b.WriteString("\nprocess (always): all capabilities dropped from every set, no_new_privs, new session, fds > 2 closed,\n")
 	b.WriteString("  seccomp-bpf allow-list installed last before execve (io_uring, bpf, ptrace, mount, unshare, keyctl, ... refused)\n")
 	if !pl.RequireLandlock {

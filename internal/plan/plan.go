@@ -108,8 +108,6 @@ type Plan struct {
 	Hostname string   `json:"hostname"`
 	Mounts   []Mount  `json:"mounts"`
 	Rules    []Rule   `json:"landlock_rules"`
-	// ConnectPorts are the only TCP ports connect() may reach (Landlock).
-	ConnectPorts []uint16 `json:"connect_ports"`
 	// Proxy says whether egress listeners are created (net_hosts not empty).
 	Proxy bool `json:"proxy"`
 	// NetHosts are the net_hosts entries the proxy admits (for explain).
@@ -275,7 +273,6 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	}
 	if len(pl.NetHosts) > 0 {
 		pl.Proxy = true
-		pl.ConnectPorts = []uint16{HTTPProxyPort, SOCKSProxyPort}
 		pl.Env = append(pl.Env, proxyEnv()...)
 	}
 	pl.Rlimits = []Rlimit{

@@ -44,6 +44,13 @@ type Config struct {
 	// proxy's (ABI 4). Nil means no TCP connect at all. Port 0 is refused.
 	ConnectTCP []uint16
 
+	// AnyConnect leaves TCP connect(2) unrestricted by Landlock (ConnectTCP
+	// must then be nil). For a sandbox whose network namespace holds only
+	// lo, a port allow-list adds nothing: every connect can only reach the
+	// sandbox's own loopback, where its own servers and the egress proxy
+	// listen. False restricts connect to ConnectTCP.
+	AnyConnect bool
+
 	// RestrictBind makes TCP bind(2) subject to BindTCP (ABI 4). False
 	// leaves bind unrestricted.
 	RestrictBind bool
@@ -200,10 +207,15 @@ func (rs *Ruleset) addNet(cfg Config) error {
 			return fmt.Errorf("landlock: ConnectTCP port 0: list the egress proxy's ports")
 		}
 	}
+	if cfg.AnyConnect && cfg.ConnectTCP != nil {
+		return fmt.Errorf("landlock: ConnectTCP %v with AnyConnect: drop one of them", cfg.ConnectTCP)
+	}
 	if rs.ABI < 4 {
 		return nil
 	}
-	rs.HandledNet = netConnectTCP
+	if !cfg.AnyConnect {
+		rs.HandledNet = netConnectTCP
+	}
 	if cfg.RestrictBind {
 		rs.HandledNet |= netBindTCP
 	}
@@ -233,7 +245,9 @@ func dropped(cfg Config, abi int) []string {
 			need(r.name, r.abi)
 		}
 	}
-	need("net.connect_tcp", 4)
+	if !cfg.AnyConnect {
+		need("net.connect_tcp", 4)
+	}
 	if cfg.RestrictBind {
 		need("net.bind_tcp", 4)
 	}

@@ -10,6 +10,7 @@ package netns
 
 import (
 	"fmt"
+	"net"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +35,24 @@ func LoopbackUp() error {
 	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
 	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("lo up: SIOCSIFFLAGS: %w", err)
+	}
+	return nil
+}
+
+// VerifyOnlyLoopback fails unless lo is the namespace's only interface: the
+// sandbox relies on it instead of a Landlock port allow-list, so it is
+// checked, not assumed (fail closed).
+func VerifyOnlyLoopback() error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("list interfaces: %w", err)
+	}
+	if len(ifs) != 1 || ifs[0].Name != "lo" {
+		names := make([]string, 0, len(ifs))
+		for _, i := range ifs {
+			names = append(names, i.Name)
+		}
+		return fmt.Errorf("the sandbox's network namespace has interfaces %v, want only lo: refusing to run", names)
 	}
 	return nil
 }

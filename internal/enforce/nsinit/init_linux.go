@@ -110,6 +110,9 @@ func setupNetwork(pl *plan.Plan) error {
 	if err := netns.LoopbackUp(); err != nil {
 		return err
 	}
+	if err := netns.VerifyOnlyLoopback(); err != nil {
+		return err
+	}
 	if !pl.Proxy {
 		return nil
 	}

@@ -46,7 +46,10 @@ func restrict(pl *plan.Plan) (int, error) {
 
 func applyLandlock(pl *plan.Plan) (int, error) {
 	cfg := landlock.Config{
-		ConnectTCP:        pl.ConnectPorts,
+		// The network namespace holds only lo (setupNetwork verifies it), so
+		// connect() can reach nothing but the sandbox's own servers and the
+		// egress proxy: a port allow-list would only break local servers.
+		AnyConnect: true,
 		ScopeSignals:      true,
 		ScopeAbstractUnix: true,
 		LogNewExec:        true,

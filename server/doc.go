@@ -1,0 +1,25 @@
+// Package server is airlock's HTTP API: long-lived sessions (one policy, one
+// workspace, one sandbox each), exec inside them with stdout and stderr
+// streamed as NDJSON, and files uploaded, downloaded, listed and deleted
+// through the session's in-process guard. `airlock serve` runs it.
+//
+// Every request but GET /v1/health and GET /v1/openapi.yaml needs a bearer
+// token, compared in constant time; sessions belong to the token that made
+// them and are invisible to every other token. Each token may hold a bounded
+// number of sessions, request bodies are capped before they are read, and
+// every error is a JSON object {"error":{"code","message"}} that carries
+// only public text: host details and internal errors go to the log.
+//
+// It stops a caller without the token from doing anything, one caller from
+// reaching another's sessions, path tricks ("..", absolute paths, symlinks
+// inside a grant) from reaching files outside the session's grants (the
+// guard resolves beneath the grant root and the refusal is a 403 with a
+// structured denial), oversized bodies from exhausting memory, and idle or
+// abandoned sessions from living on: they end at their deadline, after the
+// idle timeout, or when the server shuts down.
+//
+// It imports policy/..., guard, audit and the standard library. It must not import
+// internal/enforce (checked by deps_test.go), nor sandbox, which reaches
+// internal/enforce: the sandbox is plugged in through Config.NewSession and
+// the small Session interface, which cmd/airlock fills with sandbox.Session.
+package server

@@ -1,0 +1,233 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/guard"
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/server"
+)
+
+// The HTTP tests below stand in a fake for the sandbox: they test request
+// handling (auth, limits, errors, routing, streaming), not isolation. File
+// operations still go through a real guard on real directories. The
+// isolation claims are tested against the real sandbox in e2e/.
+
+const (
+	tokA = "token-a-0123456789abcdef"
+	tokB = "token-b-0123456789abcdef"
+)
+
+// fakeSession is a Session whose Exec runs the test's function.
+type fakeSession struct {
+	id        string
+	g         *guard.Guard
+	workspace string
+	created   time.Time
+	exec      func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error)
+
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (f *fakeSession) ID() string          { return f.id }
+func (f *fakeSession) Guard() *guard.Guard { return f.g }
+func (f *fakeSession) Done() <-chan struct{} {
+	return f.done
+}
+
+func (f *fakeSession) Info() server.Info {
+	return server.Info{ID: f.id, Created: f.created, Deadline: f.created.Add(time.Hour), Workspace: f.workspace}
+}
+
+func (f *fakeSession) Exec(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+	select {
+	case <-f.done:
+		return nil, server.ErrSessionClosed
+	default:
+	}
+	if f.exec == nil {
+		return json.RawMessage(`{"exit_code":0}`), nil
+	}
+	return f.exec(ctx, req)
+}
+
+func (f *fakeSession) Close() error {
+	f.closeOnce.Do(func() { close(f.done) })
+	return nil
+}
+
+// closed reports whether Close was called (or the session ended itself).
+func (f *fakeSession) closed() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// env is one server under test behind an httptest.Server.
+type env struct {
+	t     *testing.T
+	srv   *server.Server
+	ts    *httptest.Server
+	clock *airtest.FakeClock
+
+	mu    sync.Mutex
+	fakes map[string]*fakeSession
+	exec  func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error)
+}
+
+// newEnv starts a server with cfg; zero NewSession, Tokens and Clock are
+// filled in with fakes and the two test tokens.
+func newEnv(t *testing.T, cfg server.Config) *env {
+	t.Helper()
+	e := &env{t: t, fakes: map[string]*fakeSession{}, clock: airtest.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+	if cfg.NewSession == nil {
+		cfg.NewSession = e.newSession
+	}
+	if cfg.Tokens == nil && !cfg.InsecureNoAuth {
+		cfg.Tokens = []string{tokA, tokB}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = e.clock
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	e.srv = srv
+	e.ts = httptest.NewServer(srv)
+	t.Cleanup(func() {
+		e.ts.Close()
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return e
+}
+
+func (e *env) newSession(ctx context.Context, p *policy.Policy) (server.Session, error) {
+	g, err := guard.New(guard.Config{Policy: p})
+	if err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	f := &fakeSession{id: hex.EncodeToString(b[:]), g: g, created: e.clock.Now(), done: make(chan struct{})}
+	if ws := p.FSWrite(); len(ws) > 0 {
+		f.workspace = ws[0]
+	}
+	e.mu.Lock()
+	f.exec = e.exec
+	e.fakes[f.id] = f
+	e.mu.Unlock()
+	return f, nil
+}
+
+func (e *env) fake(id string) *fakeSession {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.fakes[id]
+	if f == nil {
+		e.t.Fatalf("no fake session %q", id)
+	}
+	return f
+}
+
+// do sends a request; path is sent as is (no cleaning). body may be nil, a
+// string or []byte.
+func (e *env) do(method, path, token string, body any) (*http.Response, []byte) {
+	e.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	case io.Reader:
+		r = b
+	}
+	req, err := http.NewRequest(method, e.ts.URL+path, r)
+	if err != nil {
+		e.t.Fatalf("NewRequest: %v", err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp, data
+}
+
+// apiErr is the error body.
+type apiErr struct {
+	Error struct {
+		Code     string `json:"code"`
+		Message  string `json:"message"`
+		Denial   *struct{ Layer, Op, Target, Rule, Message, Suggestion string }
+		Problems []struct {
+			Line, Col int
+			Message   string
+		}
+	} `json:"error"`
+}
+
+// wantError checks status, JSON content type and code.
+func (e *env) wantError(resp *http.Response, body []byte, status int, code string) apiErr {
+	e.t.Helper()
+	var ae apiErr
+	if resp.StatusCode != status {
+		e.t.Errorf("%s %s: status = %d, want %d (body %s)", resp.Request.Method, resp.Request.URL.Path, resp.StatusCode, status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		e.t.Errorf("%s %s: Content-Type = %q, want application/json", resp.Request.Method, resp.Request.URL.Path, ct)
+	}
+	if err := json.Unmarshal(body, &ae); err != nil {
+		e.t.Errorf("%s %s: body %q is not a JSON error: %v", resp.Request.Method, resp.Request.URL.Path, body, err)
+	}
+	if ae.Error.Code != code || ae.Error.Message == "" {
+		e.t.Errorf("%s %s: error = %+v, want code %q and a message", resp.Request.Method, resp.Request.URL.Path, ae.Error, code)
+	}
+	return ae
+}
+
+// create makes a session with the policy text and returns its id.
+func (e *env) create(token, policyText string) string {
+	e.t.Helper()
+	b, _ := json.Marshal(map[string]string{"policy": policyText})
+	resp, body := e.do("POST", "/v1/sessions", token, b)
+	if resp.StatusCode != http.StatusCreated {
+		e.t.Fatalf("create: status %d: %s", resp.StatusCode, body)
+	}
+	var s struct{ ID string }
+	if err := json.Unmarshal(body, &s); err != nil || s.ID == "" {
+		e.t.Fatalf("create: body %s: %v", body, err)
+	}
+	return s.ID
+}
+
+// wsPolicy returns a policy text granting fs_write on dir.
+func wsPolicy(dir string) string {
+	return "version: 1\nfs_write: [" + dir + "]\nallowed_tools: [sh]\n"
+}

@@ -1,0 +1,345 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxSessions = 8
+	DefaultIdle        = 10 * time.Minute
+	DefaultMaxUpload   = 32 << 20
+	DefaultMaxJSON     = 1 << 20
+
+	minTokenLen = 16
+)
+
+// Config describes one API server. The zero Config is not usable: New
+// needs NewSession and either Tokens or InsecureNoAuth.
+type Config struct {
+	// NewSession starts the sandbox behind each session. Required;
+	// cmd/airlock passes an adapter around sandbox.NewSession.
+	NewSession NewSessionFunc
+
+	// Tokens are the bearer tokens accepted, at least 16 characters each.
+	// Each token owns the sessions it creates. Empty is allowed only with
+	// InsecureNoAuth.
+	Tokens []string
+
+	// InsecureNoAuth serves without tokens. Serve then refuses any
+	// listener that is not on a loopback address. False requires Tokens.
+	InsecureNoAuth bool
+
+	// PolicyDir is the folder of named policies: a session created with
+	// policy_name NAME ([a-z0-9-]+) uses PolicyDir/NAME.yaml. Empty means
+	// only inline policies are accepted.
+	PolicyDir string
+
+	// MaxSessions is how many live sessions one token may hold. Zero means
+	// DefaultMaxSessions.
+	MaxSessions int
+
+	// Idle ends a session when no request has used it for this long. Zero
+	// means DefaultIdle.
+	Idle time.Duration
+
+	// MaxUpload caps an uploaded file's body. Zero means DefaultMaxUpload.
+	MaxUpload int64
+
+	// MaxJSON caps a JSON request body (a policy included). Zero means
+	// DefaultMaxJSON.
+	MaxJSON int64
+
+	// Logger receives request and session logs, with the details that
+	// clients are not shown. Nil discards them.
+	Logger *slog.Logger
+
+	// Clock times idle expiry and session records. Nil means the system
+	// clock. Network deadlines always use the real clock.
+	Clock budget.Clock
+}
+
+// Server serves the API. It is safe for concurrent use.
+type Server struct {
+	cfg       Config
+	tokenSums [][sha256.Size]byte
+	log       *slog.Logger
+	clock     budget.Clock
+	mux       *http.ServeMux
+	baseCtx   context.Context // sessions live at most as long as it
+	cancel    context.CancelFunc
+	sessionWG sync.WaitGroup // watchers of live sessions
+
+	mu       sync.Mutex
+	sessions map[string]*entry // guarded by mu; live sessions by id
+	owned    map[int]int       // guarded by mu; live or starting sessions per token
+	ended    tombstones        // guarded by mu
+	closing  bool              // guarded by mu; set by Shutdown
+	httpSrv  *http.Server      // guarded by mu; set by Serve
+}
+
+// New validates cfg and returns a server. It starts nothing: use Serve, or
+// the Server as an http.Handler (then idle sessions end only when
+// ExpireIdle is called).
+func New(cfg Config) (*Server, error) {
+	if cfg.NewSession == nil {
+		return nil, errors.New("server: new: no NewSession: set Config.NewSession")
+	}
+	if len(cfg.Tokens) == 0 && !cfg.InsecureNoAuth {
+		return nil, errors.New("server: new: no token: give at least one token, or set InsecureNoAuth for a loopback-only server")
+	}
+	if cfg.MaxSessions < 0 || cfg.Idle < 0 || cfg.MaxUpload < 0 || cfg.MaxJSON < 0 {
+		return nil, errors.New("server: new: negative limit: use zero for the default or a positive value")
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, sessions: map[string]*entry{}, owned: map[int]int{}}
+	for i, t := range cfg.Tokens {
+		if len(t) < minTokenLen || strings.ContainsAny(t, " \t\r\n") {
+			return nil, fmt.Errorf("server: new: token %d has %d characters or contains spaces: use at least %d random characters without spaces", i+1, len(t), minTokenLen)
+		}
+		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))
+	}
+	if s.cfg.MaxSessions == 0 {
+		s.cfg.MaxSessions = DefaultMaxSessions
+	}
+	if s.cfg.Idle == 0 {
+		s.cfg.Idle = DefaultIdle
+	}
+	if s.cfg.MaxUpload == 0 {
+		s.cfg.MaxUpload = DefaultMaxUpload
+	}
+	if s.cfg.MaxJSON == 0 {
+		s.cfg.MaxJSON = DefaultMaxJSON
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = budget.SystemClock{}
+	}
+	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	s.routes()
+	return s, nil
+}
+
+// routes registers every endpoint, and for each path a method-less pattern
+// that answers 405 in JSON for the methods it does not serve.
+func (s *Server) routes() {
+	s.mux = http.NewServeMux()
+	type route struct {
+		method string
+		h      http.HandlerFunc
+	}
+	table := []struct {
+		path   string
+		routes []route
+	}{
+		{"/v1/health", []route{{"GET", s.health}}},
+		{"/v1/openapi.yaml", []route{{"GET", s.openapi}}},
+		{"/v1/sessions", []route{{"POST", s.authed(s.createSession)}, {"GET", s.authed(s.listSessions)}}},
+		{"/v1/sessions/{id}", []route{{"GET", s.authed(s.sessionInfo)}, {"DELETE", s.authed(s.destroySession)}}},
+		{"/v1/sessions/{id}/exec", []route{{"POST", s.authed(s.exec)}}},
+		{"/v1/sessions/{id}/files", []route{{"GET", s.authed(s.listFiles)}}},
+		{"/v1/sessions/{id}/files/{path...}", []route{{"PUT", s.authed(s.uploadFile)}, {"GET", s.authed(s.downloadFile)}, {"DELETE", s.authed(s.deleteFile)}}},
+	}
+	for _, p := range table {
+		var allow []string
+		for _, r := range p.routes {
+			s.mux.HandleFunc(r.method+" "+p.path, r.h)
+			allow = append(allow, r.method)
+			if r.method == "GET" {
+				allow = append(allow, "HEAD")
+			}
+		}
+		e := &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "use " + strings.Join(allow, ", ") + " on this path", allow: strings.Join(allow, ", ")}
+		s.mux.HandleFunc(p.path, func(w http.ResponseWriter, r *http.Request) { writeError(w, e) })
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "no such endpoint: see GET /v1/openapi.yaml"))
+	})
+}
+
+// ServeHTTP routes r. File paths with "..", "//" or "." segments reach the
+// file handlers as they were sent, so the guard refuses them with a denial;
+// http.ServeMux would redirect them to some other path instead.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if id, fp, ok := uncleanFilePath(r.URL.Path); ok {
+		r.SetPathValue("id", id)
+		r.SetPathValue("path", fp)
+		h := map[string]ownerHandler{"PUT": s.uploadFile, "GET": s.downloadFile, "HEAD": s.downloadFile, "DELETE": s.deleteFile}[r.Method]
+		if h == nil {
+			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "use PUT, GET or DELETE on a file", allow: "PUT, GET, HEAD, DELETE"})
+			return
+		}
+		s.authed(h)(w, r)
+		return
+	}
+	if r.URL.Path != cleanPath(r.URL.Path) {
+		writeError(w, errorf(http.StatusNotFound, "not_found", "no such endpoint: the path has empty, \".\" or \"..\" segments"))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// uncleanFilePath splits /v1/sessions/ID/files/PATH when PATH is one that
+// http.ServeMux would redirect.
+func uncleanFilePath(p string) (id, file string, ok bool) {
+	rest, ok := strings.CutPrefix(p, "/v1/sessions/")
+	if !ok {
+		return "", "", false
+	}
+	id, rest, ok = strings.Cut(rest, "/")
+	if !ok || id == "" || id == "." || id == ".." {
+		return "", "", false
+	}
+	file, ok = strings.CutPrefix(rest, "files/")
+	if !ok || p == cleanPath(p) {
+		return "", "", false
+	}
+	return id, file, true
+}
+
+// cleanPath is the form http.ServeMux accepts without a redirect.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// ownerHandler is a handler for an authenticated token; owner is the
+// token's index in Config.Tokens (0 without auth).
+type ownerHandler func(w http.ResponseWriter, r *http.Request, owner int)
+
+// authed checks the bearer token before h runs.
+func (s *Server) authed(h ownerHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		owner, ok := s.authenticate(r)
+		if !ok {
+			s.log.Info("unauthorized request", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeError(w, errorf(http.StatusUnauthorized, "unauthorized", "missing or wrong bearer token: send Authorization: Bearer TOKEN"))
+			return
+		}
+		h(w, r, owner)
+	}
+}
+
+// authenticate returns the index of the token r carries. It hashes the
+// presented token and compares it with every configured token's hash using
+// crypto/subtle, so neither the length nor the content of a token, nor
+// which token matched, changes how long the check takes.
+func (s *Server) authenticate(r *http.Request) (owner int, ok bool) {
+	if s.cfg.InsecureNoAuth && len(s.tokenSums) == 0 {
+		return 0, true
+	}
+	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	sum := sha256.Sum256([]byte(tok))
+	owner = -1
+	for i := range s.tokenSums {
+		eq := subtle.ConstantTimeCompare(sum[:], s.tokenSums[i][:])
+		owner = subtle.ConstantTimeSelect(eq, i, owner)
+	}
+	if !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return -1, false
+	}
+	return owner, owner >= 0
+}
+
+// Serve accepts connections on l until Shutdown. It refuses to serve
+// without tokens on a listener that is not loopback. It returns
+// http.ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	if len(s.tokenSums) == 0 && !isLoopback(l.Addr()) {
+		return fmt.Errorf("server: serve: no token and %s is not a loopback address: give a token, or listen on 127.0.0.1 or [::1]", l.Addr())
+	}
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.Background() },
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	if s.httpSrv != nil {
+		s.mu.Unlock()
+		return errors.New("server: serve: already serving: call Serve once")
+	}
+	s.httpSrv = hs
+	s.mu.Unlock()
+	go s.reapIdle()
+	s.log.Info("serving", "addr", l.Addr().String(), "auth", len(s.tokenSums) > 0)
+	return hs.Serve(l)
+}
+
+// isLoopback reports whether addr is a TCP address on a loopback IP.
+func isLoopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
+}
+
+// reapIdle ends idle sessions until the server shuts down. It ticks on the
+// real clock; ExpireIdle decides on Config.Clock.
+func (s *Server) reapIdle() {
+	every := min(max(s.cfg.Idle/4, time.Second), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.baseCtx.Done():
+			return
+		case <-t.C:
+			s.ExpireIdle()
+		}
+	}
+}
+
+// Shutdown stops taking sessions, closes every live session (which ends
+// their running execs), then shuts the HTTP server down gracefully within
+// ctx. Sessions are closed even when ctx has ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	live := make([]*entry, 0, len(s.sessions))
+	for _, e := range s.sessions {
+		live = append(live, e)
+	}
+	hs := s.httpSrv
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, e := range live {
+		wg.Go(func() { s.end(e, endShutdown) })
+	}
+	wg.Wait()
+	s.cancel()
+	s.sessionWG.Wait()
+	s.log.Info("shut down", "sessions_closed", len(live))
+	if hs == nil {
+		return nil
+	}
+	return hs.Shutdown(ctx)
+}

@@ -1,0 +1,393 @@
+package server
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+//go:embed openapi.yaml
+var openapiYAML []byte
+
+// policyName is what a named policy may be called; it maps to
+// PolicyDir/NAME.yaml and nothing else.
+var policyName = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+
+// netNow is for network deadlines, which the kernel measures on the real
+// clock whatever Config.Clock says.
+var netNow = time.Now
+
+// jsonTimeout bounds reading a JSON body and writing a JSON response.
+const jsonTimeout = 30 * time.Second
+
+// sessionJSON is a session as the API shows it.
+type sessionJSON struct {
+	ID           string    `json:"id"`
+	Created      time.Time `json:"created"`
+	Deadline     time.Time `json:"deadline"`
+	IdleDeadline time.Time `json:"idle_deadline"`
+	Workspace    string    `json:"workspace"`
+	Execs        int       `json:"execs"`
+	Usage        Usage     `json:"usage"`
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Content-Length", strconv.Itoa(len(openapiYAML)))
+	// A write error means the client went away.
+	_, _ = w.Write(openapiYAML)
+}
+
+// setDeadlines bounds how long the handler reads the body and writes the
+// response. Writers that do not support deadlines (tests) are left as is.
+func setDeadlines(w http.ResponseWriter, read, write time.Duration) {
+	rc := http.NewResponseController(w)
+	if read > 0 {
+		_ = rc.SetReadDeadline(netNow().Add(read)) // unsupported by test recorders
+	}
+	if write > 0 {
+		_ = rc.SetWriteDeadline(netNow().Add(write)) // unsupported by test recorders
+	}
+}
+
+// decodeJSON reads one JSON object of at most max bytes into v, refusing
+// unknown fields and trailing data.
+func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any) *apiError {
+	if r.ContentLength > max {
+		return tooLarge(max)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("more than one JSON value")
+	}
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	var mbe *http.MaxBytesError
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &mbe):
+		return tooLarge(max)
+	case errors.Is(err, io.EOF):
+		return errorf(http.StatusBadRequest, "bad_json", "empty body: send a JSON object")
+	case errors.As(err, &se):
+		return errorf(http.StatusBadRequest, "bad_json", "malformed JSON at byte "+strconv.FormatInt(se.Offset, 10)+": "+se.Error())
+	case errors.As(err, &te):
+		return errorf(http.StatusBadRequest, "bad_json", "wrong JSON type for field "+strconv.Quote(te.Field)+": want "+te.Type.String())
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(http.StatusBadRequest, "bad_json", "truncated JSON body: send a complete object")
+	}
+	// Unknown fields and the rest: encoding/json messages hold only input.
+	return errorf(http.StatusBadRequest, "bad_json", "bad JSON request: "+err.Error())
+}
+
+func tooLarge(max int64) *apiError {
+	return errorf(http.StatusRequestEntityTooLarge, "body_too_large", "request body is larger than "+strconv.FormatInt(max, 10)+" bytes: send less")
+}
+
+// createRequest is the body of POST /v1/sessions: exactly one of Policy (the
+// YAML or JSON text of a policy) and PolicyName.
+type createRequest struct {
+	Policy     *string `json:"policy"`
+	PolicyName string  `json:"policy_name"`
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int) {
+	setDeadlines(w, jsonTimeout, 0)
+	var req createRequest
+	if ae := decodeJSON(w, r, s.cfg.MaxJSON, &req); ae != nil {
+		writeError(w, ae)
+		return
+	}
+	p, ae := s.loadPolicy(req)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+
+	s.mu.Lock()
+	switch {
+	case s.closing:
+		s.mu.Unlock()
+		writeError(w, errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down: retry on another server"))
+		return
+	case s.owned[owner] >= s.cfg.MaxSessions:
+		s.mu.Unlock()
+		writeError(w, errorf(http.StatusTooManyRequests, "quota_exceeded", "this token already holds "+strconv.Itoa(s.cfg.MaxSessions)+" sessions: destroy one first"))
+		return
+	}
+	s.owned[owner]++ // reserved before the slow start, released on failure
+	s.mu.Unlock()
+
+	sess, err := s.cfg.NewSession(s.baseCtx, p)
+	if err != nil {
+		s.mu.Lock()
+		s.owned[owner]--
+		s.mu.Unlock()
+		s.log.Error("session start", "owner", owner, "err", err)
+		writeError(w, errorf(http.StatusInternalServerError, "sandbox_failed", "the sandbox could not start (does every granted path exist on the server, and can this host enforce the policy?): the server log has the details"))
+		return
+	}
+	info := sess.Info()
+	now := s.clock.Now()
+	e := &entry{sess: sess, id: sess.ID(), owner: owner, policy: p, workspace: info.Workspace, created: now, lastUse: now}
+	s.mu.Lock()
+	if s.closing || s.sessions[e.id] != nil {
+		s.owned[owner]--
+		closing := s.closing
+		s.mu.Unlock()
+		_ = sess.Close() // never used; its error is of no interest to anyone
+		if closing {
+			writeError(w, errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down: retry on another server"))
+			return
+		}
+		s.log.Error("airlock bug: session id reused", "session", e.id)
+		writeError(w, errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details"))
+		return
+	}
+	s.sessions[e.id] = e
+	s.sessionWG.Add(1)
+	s.mu.Unlock()
+	go s.watch(e)
+	s.log.Info("session created", "session", e.id, "owner", owner, "source", p.Source())
+	writeJSON(w, http.StatusCreated, s.describe(e, info))
+}
+
+// loadPolicy parses the inline policy or reads the named one.
+func (s *Server) loadPolicy(req createRequest) (*policy.Policy, *apiError) {
+	switch {
+	case req.Policy != nil && req.PolicyName != "":
+		return nil, errorf(http.StatusBadRequest, "bad_request", "both policy and policy_name given: send one")
+	case req.Policy != nil:
+		return parsePolicy([]byte(*req.Policy), policy.ParseOptions{File: "policy"})
+	case req.PolicyName == "":
+		return nil, errorf(http.StatusBadRequest, "bad_request", "no policy: send \"policy\" (YAML or JSON text) or \"policy_name\"")
+	case !policyName.MatchString(req.PolicyName):
+		return nil, errorf(http.StatusBadRequest, "bad_policy_name", "policy_name must match [a-z0-9-]+ (at most 64 characters)")
+	case s.cfg.PolicyDir == "":
+		return nil, errorf(http.StatusNotFound, "unknown_policy", "this server has no named policies: send the policy text instead")
+	}
+	root, err := os.OpenRoot(s.cfg.PolicyDir)
+	if err != nil {
+		s.log.Error("open policy dir", "dir", s.cfg.PolicyDir, "err", err)
+		return nil, errorf(http.StatusInternalServerError, "internal", "the policy folder cannot be opened: the server log has the details")
+	}
+	defer root.Close()
+	file := req.PolicyName + ".yaml"
+	f, err := root.Open(file)
+	if err != nil {
+		s.log.Info("named policy", "name", req.PolicyName, "err", err)
+		return nil, errorf(http.StatusNotFound, "unknown_policy", "no policy named "+strconv.Quote(req.PolicyName))
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, policy.MaxInputSize+1))
+	if err != nil {
+		s.log.Error("read named policy", "name", req.PolicyName, "err", err)
+		return nil, errorf(http.StatusInternalServerError, "internal", "the policy cannot be read: the server log has the details")
+	}
+	return parsePolicy(data, policy.ParseOptions{File: file, BaseDir: s.cfg.PolicyDir})
+}
+
+// parsePolicy returns a 400 listing every problem with its line and column.
+func parsePolicy(data []byte, opts policy.ParseOptions) (*policy.Policy, *apiError) {
+	p, err := policy.Parse(data, opts)
+	if err == nil {
+		return p, nil
+	}
+	e := &apiError{Status: http.StatusBadRequest, Code: "bad_policy"}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var msgs []string
+	for _, err := range errs {
+		pr := problem{Message: err.Error()}
+		var pe *policy.ParseError
+		if errors.As(err, &pe) {
+			pr = problem{Line: pe.Line, Col: pe.Col, Message: pe.Msg}
+		}
+		e.Problems = append(e.Problems, pr)
+		msgs = append(msgs, err.Error())
+	}
+	e.Message = "invalid policy: " + strings.Join(msgs, "; ")
+	return nil, e
+}
+
+// describe renders e with the sandbox's view of it.
+func (s *Server) describe(e *entry, info Info) sessionJSON {
+	s.mu.Lock()
+	last := e.lastUse
+	s.mu.Unlock()
+	return sessionJSON{
+		ID:           e.id,
+		Created:      info.Created,
+		Deadline:     info.Deadline,
+		IdleDeadline: last.Add(s.cfg.Idle),
+		Workspace:    e.workspace,
+		Execs:        info.Execs,
+		Usage:        info.Usage,
+	}
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, owner int) {
+	setDeadlines(w, 0, jsonTimeout)
+	s.mu.Lock()
+	var mine []*entry
+	for _, e := range s.sessions {
+		if e.owner == owner {
+			mine = append(mine, e)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(mine, func(a, b *entry) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	out := make([]sessionJSON, 0, len(mine))
+	for _, e := range mine {
+		out = append(out, s.describe(e, e.sess.Info()))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+}
+
+func (s *Server) sessionInfo(w http.ResponseWriter, r *http.Request, owner int) {
+	setDeadlines(w, 0, jsonTimeout)
+	e, ae := s.acquire(owner, r.PathValue("id"))
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	defer s.release(e)
+	writeJSON(w, http.StatusOK, s.describe(e, e.sess.Info()))
+}
+
+func (s *Server) destroySession(w http.ResponseWriter, r *http.Request, owner int) {
+	setDeadlines(w, 0, jsonTimeout)
+	e, ae := s.acquire(owner, r.PathValue("id"))
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	s.release(e)
+	s.end(e, endDestroyed)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// execRequest is the body of POST /v1/sessions/{id}/exec.
+type execRequest struct {
+	Args    []string `json:"args"`
+	Dir     string   `json:"dir"`
+	Env     []string `json:"env"`
+	Stdin   string   `json:"stdin"`
+	Timeout string   `json:"timeout"` // Go duration; "" means the session's deadline
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
+	setDeadlines(w, jsonTimeout, 0)
+	var req execRequest
+	if ae := decodeJSON(w, r, s.cfg.MaxJSON, &req); ae != nil {
+		writeError(w, ae)
+		return
+	}
+	// The exec may outlive the body's deadline; the connection must not.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // unsupported by test recorders
+	if len(req.Args) == 0 || req.Args[0] == "" {
+		writeError(w, errorf(http.StatusBadRequest, "bad_request", "no command: send \"args\" with the command first, e.g. [\"python3\", \"job.py\"]"))
+		return
+	}
+	var timeout time.Duration
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			writeError(w, errorf(http.StatusBadRequest, "bad_request", "timeout "+strconv.Quote(req.Timeout)+" is not a positive Go duration: use e.g. \"30s\""))
+			return
+		}
+		timeout = d
+	}
+	stream, err := strconv.ParseBool(orDefault(r.URL.Query().Get("stream"), "0"))
+	if err != nil {
+		writeError(w, errorf(http.StatusBadRequest, "bad_request", "stream must be 1 or 0"))
+		return
+	}
+	e, ae := s.acquire(owner, r.PathValue("id"))
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	defer s.release(e)
+
+	xr := ExecRequest{Args: req.Args, Dir: req.Dir, Env: req.Env, Timeout: timeout}
+	if req.Stdin != "" {
+		xr.Stdin = strings.NewReader(req.Stdin)
+	}
+	var es *eventStream
+	if stream {
+		es = newEventStream(w)
+		xr.Stdout, xr.Stderr = es.writer("stdout"), es.writer("stderr")
+	}
+	rep, err := e.sess.Exec(r.Context(), xr)
+	var fail *apiError
+	switch {
+	case err != nil:
+		fail = s.execError(e, err)
+	case len(rep) == 0:
+		s.log.Error("airlock bug: exec returned neither a report nor an error", "session", e.id)
+		fail = errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
+	}
+	if es != nil {
+		es.finish(rep, fail)
+		return
+	}
+	setDeadlines(w, 0, jsonTimeout)
+	if fail != nil {
+		writeError(w, fail)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]json.RawMessage{"report": rep})
+}
+
+// execError turns an Exec error into a public one.
+func (s *Server) execError(e *entry, err error) *apiError {
+	if errors.Is(err, ErrSessionClosed) {
+		s.end(e, endDeadline)
+		s.mu.Lock()
+		reason := s.ended.byID[e.id].reason
+		s.mu.Unlock()
+		return &apiError{Status: http.StatusGone, Code: "session_ended", Message: "session ended (" + reason + "): create a new session"}
+	}
+	s.log.Info("exec refused", "session", e.id, "err", err)
+	// Exec errors other than a closed session are misuse of the request:
+	// their text is about the args, dir and env the client sent.
+	return errorf(http.StatusBadRequest, "bad_exec", err.Error())
+}
+
+// orDefault returns v, or def when v is empty.
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
