@@ -49,7 +49,7 @@ func applyLandlock(pl *plan.Plan) (int, error) {
 		// The network namespace holds only lo (setupNetwork verifies it), so
 		// connect() can reach nothing but the sandbox's own servers and the
 		// egress proxy: a port allow-list would only break local servers.
-		AnyConnect: true,
+		AnyConnect:        true,
 		ScopeSignals:      true,
 		ScopeAbstractUnix: true,
 		LogNewExec:        true,

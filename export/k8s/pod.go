@@ -1,0 +1,122 @@
+package k8s
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// minMilliCPU is the smallest cpu limit written: CFS cannot enforce a
+// quota below 1ms per 100ms period.
+const minMilliCPU = 10
+
+func pod(o Options, pl *plan.Plan, p *policy.Policy, seccompPath string) (*corev1.Pod, error) {
+	lim := p.Budget()
+	deadline := int64((lim.Wall + 999_999_999) / 1_000_000_000)
+	milli := max(int64(lim.CPU/1_000_000)*1000/max(int64(lim.Wall/1_000_000), 1), minMilliCPU)
+	res := corev1.ResourceList{
+		corev1.ResourceMemory:           *resource.NewQuantity(lim.Memory, resource.BinarySI),
+		corev1.ResourceCPU:              *resource.NewMilliQuantity(milli, resource.DecimalSI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(lim.Scratch, resource.BinarySI),
+	}
+	scratch := resource.NewQuantity(lim.Scratch, resource.BinarySI)
+	uid, no, yes := int64(SandboxUID), false, true
+
+	vols := []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: scratch}}}}
+	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
+	seen := map[string]bool{"tmp": true}
+	for _, m := range pl.Mounts {
+		if m.Kind != plan.KindBind || (m.Origin != plan.OriginFSRead && m.Origin != plan.OriginFSWrite) {
+			continue
+		}
+		prefix := "read-"
+		if m.Writable {
+			prefix = "write-"
+		}
+		name := volumeName(prefix, m.Target)
+		for i := 2; seen[name]; i++ {
+			name = volumeName(prefix, m.Target) + "-" + strconv.Itoa(i)
+		}
+		seen[name] = true
+		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: o.Name + "-" + name, ReadOnly: !m.Writable}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: !m.Writable})
+	}
+
+	var env []corev1.EnvVar
+	for _, e := range pl.Env {
+		k, v, _ := strings.Cut(e, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: proxyValue(o, v)})
+	}
+	if len(pl.Argv) == 0 {
+		return nil, fmt.Errorf("k8s: export: the plan has no command")
+	}
+	return &corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: meta(o, o.Name, labels(o, "sandbox")),
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ActiveDeadlineSeconds:         &deadline,
+			RuntimeClassName:              runtimeClass(o),
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid, FSGroup: &uid,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &seccompPath},
+			},
+			Containers: []corev1.Container{{
+				Name:         "sandbox",
+				Image:        o.Image,
+				Command:      pl.Argv,
+				WorkingDir:   pl.Cwd,
+				Env:          env,
+				Resources:    corev1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()},
+				VolumeMounts: mounts,
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+					Privileged: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &seccompPath},
+				},
+			}},
+			Volumes: vols,
+		},
+	}, nil
+}
+
+func runtimeClass(o Options) *string {
+	if o.NoRuntimeClass {
+		return nil
+	}
+	return &o.RuntimeClass
+}
+
+// proxyHost is how the Pod reaches the proxy Service.
+func proxyHost(o Options) string {
+	switch {
+	case o.ProxyClusterIP != "":
+		return o.ProxyClusterIP
+	case o.Namespace != "":
+		return proxyName(o) + "." + o.Namespace + ".svc"
+	}
+	return proxyName(o)
+}
+
+// proxyValue rewrites the plan's in-namespace proxy addresses to the
+// proxy Service.
+func proxyValue(o Options, v string) string {
+	for _, port := range []int{plan.HTTPProxyPort, plan.SOCKSProxyPort} {
+		v = strings.ReplaceAll(v, "127.0.0.1:"+strconv.Itoa(port), proxyHost(o)+":"+strconv.Itoa(port))
+	}
+	return v
+}
+
+func ptr[T any](v T) *T { return &v }

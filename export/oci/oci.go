@@ -1,0 +1,229 @@
+package oci
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// DefaultHostID is the host uid and gid that uid 0 in the bundle maps to
+// when Options.HostID is zero: far above ordinary accounts and the usual
+// subordinate id ranges, like the ids `airlock run` picks.
+const DefaultHostID = 1 << 30
+
+// Version is the ociVersion written. The config uses only what runtime-spec
+// 1.0.2 defines, plus defaultErrnoRet (1.1), which an older runtime ignores
+// and whose value, EPERM, is its default anyway. crun 1.8 refuses any
+// version but 1.0.x, so the bundle claims the oldest one it fits.
+const Version = "1.0.2"
+
+// FilesDir is the bundle subdirectory holding the synthesized files that
+// the config binds read-only (/etc/passwd, /etc/hosts, ...).
+const FilesDir = "files"
+
+// PolicyAnnotation is the config.json annotation that carries the policy
+// the bundle was exported from, as canonical policy JSON.
+const PolicyAnnotation = "org.airlock-sandbox.policy"
+
+// Options configures Config. The zero value exports a bundle whose root is
+// the "rootfs" directory next to config.json, for this binary's
+// architecture, running as DefaultHostID.
+type Options struct {
+	// BundleDir is the absolute directory config.json will live in; bind
+	// sources of synthesized files are made absolute against it. Empty
+	// leaves them relative to the bundle, which runc resolves but other
+	// runtimes may not.
+	BundleDir string
+
+	// Rootfs is root.path: relative to the bundle or absolute. Empty means
+	// "rootfs", which Write creates as an empty skeleton holding only the
+	// mount points and the plan's symlinks (everything else is bound).
+	Rootfs string
+
+	// HostID is the unprivileged host uid and gid that uid and gid 0
+	// inside map to (a single id: nothing else is mapped). Zero means
+	// DefaultHostID. fs_write directories must be writable by it.
+	HostID uint32
+
+	// Arch is the GOARCH the seccomp section is written for. Empty means
+	// the architecture this binary was built for.
+	Arch string
+}
+
+// File is one thing Write puts in the bundle besides config.json.
+type File struct {
+	Path string // slash-separated, relative to the bundle directory
+	Data string // content of a regular file (mode 0444)
+	Link string // when set, Path is a symlink with this text instead
+	Dir  bool   // when set, Path is an empty directory instead
+}
+
+// Bundle is an exported OCI bundle, in memory.
+type Bundle struct {
+	Spec  *specs.Spec
+	Files []File // synthesized files and, with the default Rootfs, the rootfs symlinks
+
+	ownRootfs bool // Write creates the rootfs skeleton (Options.Rootfs was empty)
+}
+
+// runcMaskedPaths and runcReadonlyPaths are runc's defaults (`runc spec`),
+// so a runtime given this bundle hides the same parts of /proc.
+var (
+	runcMaskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+	}
+	runcReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// rlimitNames maps the plan's getrlimit(2) names to OCI types.
+var rlimitNames = map[string]string{
+	"core": "RLIMIT_CORE", "nofile": "RLIMIT_NOFILE", "fsize": "RLIMIT_FSIZE", "cpu": "RLIMIT_CPU",
+	"nproc": "RLIMIT_NPROC", "as": "RLIMIT_AS", "data": "RLIMIT_DATA", "stack": "RLIMIT_STACK",
+}
+
+// Config builds the bundle for a compiled plan and the policy it came
+// from. It fails when a plan step has no OCI equivalent.
+func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
+	if pl == nil || p == nil {
+		return nil, errors.New("oci: config: plan and policy are required")
+	}
+	id := opts.HostID
+	if id == 0 {
+		id = DefaultHostID
+	}
+	rootfs := opts.Rootfs
+	if rootfs == "" {
+		rootfs = "rootfs"
+	}
+	sc, err := Seccomp(opts.Arch)
+	if err != nil {
+		return nil, err
+	}
+	pj, err := p.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("oci: config: policy: %w", err)
+	}
+	b := &Bundle{Spec: &specs.Spec{
+		Version:     Version,
+		Root:        &specs.Root{Path: rootfs, Readonly: true},
+		Hostname:    pl.Hostname,
+		Annotations: map[string]string{PolicyAnnotation: string(pj)},
+		Process: &specs.Process{
+			User: specs.User{UID: 0, GID: 0},
+			Args: pl.Argv,
+			Env:  pl.Env,
+			Cwd:  pl.Cwd,
+			// Empty sets, not nil: a nil Capabilities leaves the runtime's
+			// defaults in place.
+			Capabilities:    &specs.LinuxCapabilities{},
+			NoNewPrivileges: true,
+		},
+		Linux: &specs.Linux{
+			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: id, Size: 1}},
+			GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: id, Size: 1}},
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.UserNamespace}, {Type: specs.MountNamespace}, {Type: specs.PIDNamespace},
+				{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.CgroupNamespace},
+			},
+			Resources:     resources(p),
+			Seccomp:       sc,
+			MaskedPaths:   runcMaskedPaths,
+			ReadonlyPaths: runcReadonlyPaths,
+		},
+	}}
+	for _, r := range pl.Rlimits {
+		name, ok := rlimitNames[r.Resource]
+		if !ok {
+			return nil, fmt.Errorf("oci: config: rlimit %q has no OCI name", r.Resource)
+		}
+		b.Spec.Process.Rlimits = append(b.Spec.Process.Rlimits, specs.POSIXRlimit{Type: name, Hard: r.Value, Soft: r.Value})
+	}
+	b.ownRootfs = opts.Rootfs == ""
+	if err := b.addMounts(pl.Mounts, opts.BundleDir, b.ownRootfs); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// resources maps the budget onto cgroup limits. max_cpu is CPU time, not a
+// rate, so it has no cgroup form (the plan's RLIMIT_CPU carries it).
+func resources(p *policy.Policy) *specs.LinuxResources {
+	lim := p.Budget()
+	mem, pids := lim.Memory, lim.Pids
+	swap := mem // memory+swap = memory: no swap
+	return &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &mem, Swap: &swap},
+		Pids:   &specs.LinuxPids{Limit: &pids},
+	}
+}
+
+// addMounts translates the plan's root filesystem steps, in order.
+func (b *Bundle) addMounts(ms []plan.Mount, bundleDir string, ownRootfs bool) error {
+	spec := b.Spec
+	// /dev: a fresh tmpfs; the plan binds the device nodes into it.
+	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
+		Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}})
+	for _, m := range ms {
+		switch m.Kind {
+		case plan.KindBind:
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: bindOptions(m)})
+		case plan.KindTmpfs:
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs",
+				Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%d", m.Size)}})
+		case plan.KindProc:
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "proc", Source: "proc",
+				Options: []string{"nosuid", "nodev", "noexec"}})
+		case plan.KindFile:
+			rel := path.Join(FilesDir, m.Target)
+			b.Files = append(b.Files, File{Path: rel, Data: m.Data})
+			src := rel
+			if bundleDir != "" {
+				src = filepath.Join(bundleDir, filepath.FromSlash(rel))
+			}
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: src,
+				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		case plan.KindSymlink:
+			// The runtimes make /dev/fd and /dev/std* themselves in the /dev
+			// tmpfs; other links live in the (read-only) root.
+			if strings.HasPrefix(m.Target, "/dev/") {
+				continue
+			}
+			if ownRootfs {
+				b.Files = append(b.Files, File{Path: path.Join("rootfs", m.Target), Link: m.Source})
+			}
+		case plan.KindDir:
+			if ownRootfs {
+				b.Files = append(b.Files, File{Path: path.Join("rootfs", m.Target), Dir: true})
+			}
+		default:
+			return fmt.Errorf("oci: config: mount %s at %s: kind has no OCI form", m.Kind, m.Target)
+		}
+	}
+	return nil
+}
+
+// bindOptions spells out the plan's flags. Binds are not recursive, so a
+// mount below a granted directory on the host does not come along.
+func bindOptions(m plan.Mount) []string {
+	o := []string{"bind", "ro"}
+	if m.Writable {
+		o[1] = "rw"
+	}
+	o = append(o, "nosuid")
+	if !strings.HasPrefix(m.Target, "/dev/") {
+		o = append(o, "nodev") // a device node is only useful where devices are allowed
+	}
+	if !m.Exec {
+		o = append(o, "noexec")
+	}
+	return o
+}
