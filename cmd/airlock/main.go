@@ -22,6 +22,7 @@ usage:
   airlock serve [--listen ADDR] [--token-file F]           HTTP API with long-lived sessions
   airlock mcp [--policy FILE] [flags] [--listen ADDR]       MCP server (stdio, or streamable HTTP with --listen)
   airlock export oci|k8s [--policy FILE] [flags] -- CMD...  the same policy as an OCI bundle or Kubernetes manifests
+  airlock egress-proxy --config FILE                        the egress proxy on its own (for the Kubernetes export)
   airlock doctor [--json]                                   what this host can enforce; exit 1 if a default run cannot be
   airlock version                                           print the version
 
@@ -56,6 +57,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdServe(args[1:], stdout, stderr)
 	case "export":
 		return cmdExport(args[1:], stdout, stderr)
+	case "egress-proxy":
+		return cmdEgressProxy(args[1:], stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "version", "--version":

@@ -26,7 +26,8 @@
 //     running `airlock egress-proxy --config /etc/airlock/policy.json`
 //     with the canonical policy JSON from a ConfigMap, behind a Service;
 //     HTTP_PROXY, HTTPS_PROXY and ALL_PROXY in the Pod name that Service.
-//     That subcommand does not exist yet: the manifests are ready for it.
+//     The image must contain the airlock binary (the subcommand is in
+//     cmd/airlock/egressproxy.go).
 //     Without net_hosts there is no proxy and no egress at all.
 //   - budget: max_memory is the memory request and limit; max_scratch is
 //     the size of the memory-backed /tmp emptyDir and the

@@ -167,7 +167,7 @@ func (m *Manifests) YAML() ([]byte, error) {
 	fmt.Fprintf(&b, "# Install the seccomp profile on every node as <kubelet seccomp root>/%s\n", m.SeccompPath)
 	b.WriteString("# (default root /var/lib/kubelet/seccomp) before the Pod is scheduled.\n")
 	if m.Proxy != nil {
-		b.WriteString("# The proxy runs `airlock egress-proxy`, which is not implemented yet.\n")
+		b.WriteString("# The proxy Deployment runs `airlock egress-proxy`: its image must contain the airlock binary.\n")
 	}
 	for _, obj := range m.Objects() {
 		y, err := yaml.Marshal(obj)
