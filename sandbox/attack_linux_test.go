@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -255,4 +256,25 @@ except OSError:
     pass
 print(bad); sys.exit(1 if bad else 0)`)
 	wantExit(t, rep, 0)
+}
+
+// TestCommandInPrivateDir: as root, a command or grant under a directory
+// only root can enter still works (the supervisor clones bind sources with
+// its own access; the sandbox's uid never walks the host tree).
+func TestCommandInPrivateDir(t *testing.T) {
+	requireSandbox(t)
+	airtest.RequireRoot(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "sh")
+	b, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, run(t, policy.Spec{FSRead: []string{dir}}, exe, "-c", "exit 0"), 0)
 }

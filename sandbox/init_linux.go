@@ -142,15 +142,15 @@ func (ip *initProc) handOver(r *run, pl *plan.Plan, planW *os.File, root bool) e
 		return fmt.Errorf("send plan: %w", err)
 	}
 	planW.Close()
-	var idmapFDs []int
+	var cloneFDs []int
 	if root {
 		var err error
-		if idmapFDs, err = idmapGrants(ip.cmd.Process.Pid, pl); err != nil {
+		if cloneFDs, err = cloneBinds(ip.cmd.Process.Pid, pl); err != nil {
 			return err
 		}
 	}
-	err := nsinit.Send(ip.ctl, nsinit.Message{Type: "go", IDMaps: len(idmapFDs)}, idmapFDs...)
-	for _, fd := range idmapFDs {
+	err := nsinit.Send(ip.ctl, nsinit.Message{Type: "go", IDMaps: len(cloneFDs)}, cloneFDs...)
+	for _, fd := range cloneFDs {
 		unix.Close(fd)
 	}
 	if err != nil {
@@ -181,9 +181,12 @@ func (ip *initProc) shutdown(r *run) {
 	})
 }
 
-// idmapGrants clones every grant with an idmapping through the child's user
-// namespace, so files the sandbox writes belong to the caller on disk.
-func idmapGrants(pid int, pl *plan.Plan) ([]int, error) {
+// cloneBinds clones every bind source of the plan, in plan order, with the
+// supervisor's (root's) access to the host: the sandbox's own uid may not
+// even be able to reach a granted path or a tool (a 0700 parent). Grants
+// are idmapped through the child's user namespace, so files the sandbox
+// writes belong to the caller on disk.
+func cloneBinds(pid int, pl *plan.Plan) ([]int, error) {
 	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
@@ -191,10 +194,14 @@ func idmapGrants(pid int, pl *plan.Plan) ([]int, error) {
 	defer unix.Close(ns)
 	var fds []int
 	for _, m := range pl.Mounts {
-		if m.Kind != plan.KindBind || !m.IDMap {
+		if m.Kind != plan.KindBind {
 			continue
 		}
-		fd, err := mount.Clone(m, ns)
+		userns := -1
+		if m.IDMap {
+			userns = ns
+		}
+		fd, err := mount.Clone(m, userns)
 		if err != nil {
 			for _, f := range fds {
 				unix.Close(f)

@@ -35,8 +35,9 @@ import (
 // the kernel's. distinct marks the probes for which that holds on the host
 // for any caller; for the others the host kernel itself may refuse an
 // unprivileged caller (capability checks come first), and the control run
-// only logs its answer. None of them can do harm if it went through: flags
-// are invalid, pointers are nil, fds are -1.
+// only logs its answer. None can do harm if it went through: flags are
+// invalid, pointers nil and fds -1, and the calls that would succeed only
+// make an fd or change the probing process itself.
 type syscallProbe struct {
 	name     string
 	nr       uintptr

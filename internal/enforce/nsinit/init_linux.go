@@ -129,7 +129,7 @@ func setupNetwork(pl *plan.Plan) error {
 	return Send(ControlFD, Message{Type: "listeners"}, httpFD, socksFD)
 }
 
-func setupMounts(pl *plan.Plan, idmapFDs []int) error {
+func setupMounts(pl *plan.Plan, cloneFDs []int) error {
 	// Clone every source before the root tmpfs covers /tmp: grants may live
 	// there on the host.
 	trees := make([]int, len(pl.Mounts))
@@ -143,13 +143,24 @@ func setupMounts(pl *plan.Plan, idmapFDs []int) error {
 			}
 		}
 	}()
+	// With root, the supervisor cloned every bind source (in plan order);
+	// rootless, the init clones them itself with the caller's access.
+	binds := 0
+	for _, m := range pl.Mounts {
+		if m.Kind == plan.KindBind {
+			binds++
+		}
+	}
+	if len(cloneFDs) != 0 && len(cloneFDs) != binds {
+		return fmt.Errorf("airlock bug: %d cloned mounts received for %d binds", len(cloneFDs), binds)
+	}
 	next := 0
 	for i, m := range pl.Mounts {
 		if m.Kind != plan.KindBind {
 			continue
 		}
-		if m.IDMap && next < len(idmapFDs) {
-			trees[i] = idmapFDs[next]
+		if len(cloneFDs) > 0 {
+			trees[i] = cloneFDs[next]
 			next++
 			continue
 		}
@@ -161,9 +172,6 @@ func setupMounts(pl *plan.Plan, idmapFDs []int) error {
 			return err
 		}
 		trees[i] = fd
-	}
-	if next != len(idmapFDs) {
-		return fmt.Errorf("airlock bug: %d idmapped mounts received, %d used", len(idmapFDs), next)
 	}
 	b := &mount.Builder{Root: "/tmp"}
 	if err := b.MountRoot(); err != nil {

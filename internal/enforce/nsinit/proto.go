@@ -48,11 +48,17 @@ type Message struct {
 // maxMessage bounds one control message (an exec's argv and env).
 const maxMessage = 128 << 10
 
+// maxFDs is the kernel's SCM_MAX_FD: the most fds one message carries.
+const maxFDs = 253
+
 // Send writes m with fds attached.
 func Send(sock int, m Message, fds ...int) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
+	}
+	if len(fds) > maxFDs {
+		return fmt.Errorf("control message with %d fds exceeds %d (SCM_MAX_FD): fewer mounts are needed", len(fds), maxFDs)
 	}
 	if len(b) > maxMessage {
 		return fmt.Errorf("control message of %d bytes exceeds %d: shorten the command line or pass data through a file", len(b), maxMessage)
@@ -67,10 +73,13 @@ func Send(sock int, m Message, fds ...int) error {
 // Recv reads one message and the fds attached to it.
 func Recv(sock int) (Message, []int, error) {
 	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(64*4))
-	n, oobn, _, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return Message{}, nil, err
+	}
+	if flags&(unix.MSG_CTRUNC|unix.MSG_TRUNC) != 0 {
+		return Message{}, nil, fmt.Errorf("control message truncated (flags %#x): fds or data were lost", flags)
 	}
 	if n == 0 {
 		return Message{}, nil, fmt.Errorf("control socket closed")
