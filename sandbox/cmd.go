@@ -43,10 +43,25 @@ type Config struct {
 	// denials are enforced but not itemized; the report says which.
 	FSAudit bool
 
+	// Isolation picks the enforcement: IsolationNamespaces (the zero
+	// value) is airlock's own sandbox; IsolationOCI runs the same policy as
+	// an OCI bundle under Runtime, with airlock's proxy, deadline, output
+	// cap and report around it (root only).
+	Isolation string
+
+	// Runtime is the OCI runtime for IsolationOCI: "runc" or "crun".
+	Runtime string
+
 	// KillGrace is how long the tree gets after SIGTERM at a deadline
 	// before SIGKILL. Zero means 200ms.
 	KillGrace time.Duration
 }
+
+// Isolation levels (Config.Isolation).
+const (
+	IsolationNamespaces = "namespaces"
+	IsolationOCI        = "oci"
+)
 
 // Cmd is one command to run in a fresh sandbox, like exec.Cmd.
 type Cmd struct {

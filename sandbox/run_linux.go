@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -26,8 +27,14 @@ import (
 // Init hands control to the sandbox's init when this process is the
 // re-executed child; otherwise it returns at once. Call it first in main.
 func Init() {
-	if len(os.Args) > 0 && os.Args[0] == nsinit.Arg0 {
+	if len(os.Args) == 0 {
+		return
+	}
+	switch os.Args[0] {
+	case nsinit.Arg0:
 		nsinit.Main()
+	case hybridArg0:
+		hybridExec()
 	}
 }
 
@@ -80,7 +87,14 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return r.refuse(planExitCode(err), err), nil
 	}
-	r.exec(ctx, pl)
+	switch c.Isolation {
+	case "", IsolationNamespaces:
+		r.exec(ctx, pl)
+	case IsolationOCI:
+		r.execOCI(ctx, pl)
+	default:
+		return r.refuse(125, fmt.Errorf("sandbox: isolation %q: use %q or %q", c.Isolation, IsolationNamespaces, IsolationOCI)), nil
+	}
 	return r.report, nil
 }
 

@@ -29,6 +29,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var pf policyFlags
 	pf.register(fs)
 	asJSON := fs.Bool("json", false, "print the result report as JSON on stdout instead of streaming the output")
+	isolation := fs.String("isolation", "", "enforcement: namespaces (default: airlock's own sandbox) or oci (the same policy as an OCI bundle under --runtime; root only)")
+	rtName := fs.String("runtime", "runc", "OCI runtime for --isolation oci: runc or crun")
 	pty := fs.Bool("pty", false, "give the command a pseudo-terminal (interactive programs); output arrives merged on stdout")
 	noFSAudit := fs.Bool("no-fs-audit", false, "do not itemize filesystem denials (they are still enforced); avoids turning the host's kernel audit on")
 	auditFile := fs.String("audit", "", "write every audit event (allow, deny, halt, exit) as JSON lines to `FILE` (created or truncated, mode 0600)")
@@ -62,7 +64,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// FSAudit: filesystem denials are itemized where the kernel can tell us (root, Linux 6.15+).
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: !*noFSAudit}, Args: argv, Dir: pf.cwd, CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: !*noFSAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: pf.cwd, CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"log"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// GoBench is one result line of `go test -bench`.
+type GoBench struct {
+	Pkg      string  `json:"pkg"`
+	Name     string  `json:"name"` // without the Benchmark prefix and the -GOMAXPROCS suffix
+	NsPerOp  float64 `json:"ns_per_op"`
+	BPerOp   float64 `json:"bytes_per_op"`
+	Allocs   float64 `json:"allocs_per_op"`
+	HasAlloc bool    `json:"has_allocs"`
+}
+
+var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op\s+([\d.]+) allocs/op)?`)
+
+// goBench runs go test -bench in repo and parses every result line.
+func goBench(ctx context.Context, repo string, args ...string) ([]GoBench, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-run", "^$"}, args...)...)
+	cmd.Dir = repo
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var res []GoBench
+	pkg := ""
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		line := sc.Text()
+		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
+			pkg = strings.TrimPrefix(p, "github.com/airlock-sandbox/airlock/")
+			continue
+		}
+		m := benchLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		b := GoBench{Pkg: pkg, Name: m[1]}
+		b.NsPerOp, _ = strconv.ParseFloat(m[2], 64)
+		if m[3] != "" {
+			b.HasAlloc = true
+			b.BPerOp, _ = strconv.ParseFloat(m[3], 64)
+			b.Allocs, _ = strconv.ParseFloat(m[4], 64)
+		}
+		res = append(res, b)
+	}
+	if err != nil {
+		tail := out.String()
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
+		}
+		return res, fmt.Errorf("go test %s: %v\n%s", strings.Join(args, " "), err, tail)
+	}
+	return res, nil
+}
+
+// ProxyMode compares direct and proxied requests for one connection mode.
+type ProxyMode struct {
+	Mode string `json:"mode"` // keepalive or newconn
+	// Microseconds per request over the -count runs.
+	Direct Summary `json:"direct_us"`
+	Proxy  Summary `json:"proxy_us"`
+	// Throughput through the proxy as a fraction of direct, and the
+	// latency the proxy adds, from the medians and from the minimums.
+	Throughput    float64 `json:"throughput_ratio_median"`
+	ThroughputMin float64 `json:"throughput_ratio_min"`
+	AddedUS       float64 `json:"added_us_median"`
+	AddedUSMin    float64 `json:"added_us_min"`
+}
+
+// ProxyResult is the egress benchmark.
+type ProxyResult struct {
+	Command string      `json:"command"`
+	Modes   []ProxyMode `json:"modes"`
+}
+
+// proxyBench runs egress's BenchmarkDirect and BenchmarkViaProxy, whose
+// target, proxy and client all live in one process on loopback.
+func proxyBench(ctx context.Context, repo string) (*ProxyResult, error) {
+	args := []string{"-bench", "Direct|ViaProxy", "-benchtime", "2000x", "-count", "5", "./egress/"}
+	log.Printf("proxy: go test -run '^$' %s", strings.Join(args, " "))
+	bs, err := goBench(ctx, repo, args...)
+	if err != nil {
+		return nil, err
+	}
+	res := &ProxyResult{Command: "go test -run '^$' " + strings.Join(args, " ")}
+	for _, mode := range []string{"keepalive", "newconn"} {
+		var d, p []float64
+		for _, b := range bs {
+			switch b.Name {
+			case "Direct/" + mode:
+				d = append(d, b.NsPerOp/1e3)
+			case "ViaProxy/" + mode:
+				p = append(p, b.NsPerOp/1e3)
+			}
+		}
+		if len(d) == 0 || len(p) == 0 {
+			return res, fmt.Errorf("proxy benchmark: no %s results", mode)
+		}
+		m := ProxyMode{Mode: mode, Direct: summarize(d), Proxy: summarize(p)}
+		m.Throughput = ratio(m.Direct.Median, m.Proxy.Median)
+		m.ThroughputMin = ratio(m.Direct.Min, m.Proxy.Min)
+		m.AddedUS = m.Proxy.Median - m.Direct.Median
+		m.AddedUSMin = m.Proxy.Min - m.Direct.Min
+		log.Printf("proxy %-9s direct %.1f µs, via proxy %.1f µs: throughput %.0f%% (min-based %.0f%%), +%.1f µs (min-based +%.1f)",
+			mode, m.Direct.Median, m.Proxy.Median, 100*m.Throughput, 100*m.ThroughputMin, m.AddedUS, m.AddedUSMin)
+		res.Modes = append(res.Modes, m)
+	}
+	return res, nil
+}
+
+// MicroBenchmark is a Go benchmark of an in-process hot path.
+type MicroBenchmark = GoBench
+
+// microBench runs the hot-path benchmarks of the policy checks, the guard
+// and the proxy's decision.
+func microBench(ctx context.Context, repo string) ([]MicroBenchmark, error) {
+	log.Print("micro benchmarks: policy, hostspec, pathspec, guard, egress Decide")
+	return goBench(ctx, repo, "-bench", "CheckHost|CheckRead|Match|Within|Decide|CheckDenied|ReadAllowed|ReadBaseline",
+		"-benchtime", "20000x", "-benchmem", "./policy/", "./policy/hostspec/", "./policy/pathspec/", "./guard/", "./egress/")
+}

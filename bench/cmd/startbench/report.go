@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// markdown renders results.md.
+func markdown(r *Results) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	m := r.Meta
+	p("# airlock benchmark results\n\n")
+	p("%s · kernel %s · %s · %d CPUs (%s) · %s · N=%d · %.0f s · load average %s at the start, %s at the end\n\n",
+		m.Date, m.Kernel, m.Go, m.CPUs, m.CPU, m.Airlock, m.N, r.ElapsedSecs, m.LoadStart, m.LoadEnd)
+
+	if len(r.ColdStart) > 0 {
+		p("## Cold start\n\nFrom fork to reaped exit, output discarded; every contender once per round, in an order rotated each round; %d rounds after 3 warm-up rounds. Times in ms.\n\n", m.N)
+		for _, w := range workloads(r.ColdStart) {
+			p("### `%s`\n\n| contender | median | p99 | min | median × bare | median × bwrap | failures |\n|---|--:|--:|--:|--:|--:|--:|\n", w)
+			for _, row := range r.ColdStart {
+				if row.Workload != w {
+					continue
+				}
+				p("| %s | %.2f | %.2f | %.2f | %.2f | %s | %d |\n", row.Contender, row.Summary.Median, row.Summary.P99,
+					row.Summary.Min, row.VsBare, orDash(row.VsBwrap), row.Failures)
+			}
+			p("\n")
+		}
+		for _, row := range r.ColdStart {
+			if row.Contender == "airlock" && row.VsBwrap > 0 {
+				verdict := "met"
+				if row.VsBwrap > 0.8 {
+					verdict = "NOT met"
+				}
+				p("- `%s`: airlock p50 = %.2f × bubblewrap (target ≤ 0.8: %s), %.2f × bare.\n", row.Workload, row.VsBwrap, verdict, row.VsBare)
+			}
+		}
+		p("\n")
+	}
+
+	if len(r.Contenders) > 0 {
+		p("### What each contender does\n\n| contender | ran | configuration and equivalence to airlock's default sandbox |\n|---|---|---|\n")
+		for _, c := range r.Contenders {
+			ran := "yes"
+			if !c.Available {
+				ran = "no: " + escape(c.Reason)
+			}
+			p("| %s | %s | %s |\n", c.Name, ran, escape(c.Equivalence))
+		}
+		p("\n")
+	}
+
+	if len(r.Steady) > 0 {
+		p("## Steady-state overhead\n\nTime per operation measured inside the loop (start-up excluded), every process pinned to CPU %d, 9 interleaved repetitions. `getpid` shows the seccomp filter's per-syscall cost, `stat` path walks, `open+close` also Landlock's file hooks, `cpu` no syscalls, `python-stat` is `os.stat(\"/\")` in CPython.\n\n", m.PinCPU)
+		p("| workload | contender | median ns/op | min ns/op | median × bare | min × bare | failures |\n|---|---|--:|--:|--:|--:|--:|\n")
+		for _, s := range r.Steady {
+			p("| %s | %s | %.1f | %.1f | %.3f | %.3f | %d |\n", s.Workload, s.Contender, s.NsPerOp.Median, s.NsPerOp.Min, s.VsBare, s.MinVsBare, s.Failures)
+		}
+		p("\n")
+	}
+
+	if r.Proxy != nil && len(r.Proxy.Modes) > 0 {
+		p("## Egress proxy\n\n`%s` (client, proxy and target in one process on loopback; µs per request over the 5 runs). Targets: throughput ≥ 90%% of direct, ≤ 300 µs added.\n\n", r.Proxy.Command)
+		p("| connection | direct median µs | via proxy median µs | throughput (median) | added µs (median) | throughput (min) | added µs (min) |\n|---|--:|--:|--:|--:|--:|--:|\n")
+		for _, pm := range r.Proxy.Modes {
+			p("| %s | %.1f | %.1f | %.0f%% | %.1f | %.0f%% | %.1f |\n", pm.Mode, pm.Direct.Median, pm.Proxy.Median,
+				100*pm.Throughput, pm.AddedUS, 100*pm.ThroughputMin, pm.AddedUSMin)
+		}
+		p("\n")
+	}
+
+	if r.Session != nil && r.Session.Skipped {
+		p("## Exec into a warm session\n\nSkipped: %s.\n\n", escape(r.Session.Note))
+	} else if r.Session != nil {
+		p("## Exec into a warm session\n\n")
+		s := r.Session
+		p("`sandbox.NewSession` took %.1f ms. `Session.Exec` of `/usr/bin/true`, %d runs: median %.2f ms, p99 %.2f ms, min %.2f ms, %d failures.\n\n",
+			s.CreateMS, s.ExecMS.N, s.ExecMS.Median, s.ExecMS.P99, s.ExecMS.Min, s.Failures)
+	}
+
+	if len(r.Memory) > 0 {
+		p("## Memory per idle sandbox\n\nK sandboxes running `sleep 30`; PSS and RSS summed over each sandbox's process tree (the process started, e.g. airlock's supervisor, and all descendants) from `/proc/PID/smaps_rollup`, divided by K. Kernel memory (page tables, namespaces, mounts, cgroups) is not in PSS (results.json has a MemAvailable delta that includes it, too noisy on this shared VM to tabulate).\n\n")
+		p("| contender | K | PSS KiB / sandbox | RSS KiB / sandbox | of which outer process PSS | processes / sandbox |\n|---|--:|--:|--:|--:|--:|\n")
+		for _, row := range r.Memory {
+			p("| %s | %d | %.0f | %.0f | %.0f | %.1f |\n", row.Contender, row.K, row.PSSKiB, row.RSSKiB, row.OuterPSS, row.Procs)
+		}
+		p("\n")
+	}
+
+	if len(r.Scaling) > 0 {
+		p("## Start-up under concurrency\n\nC runs of `/bin/true` released at once; about 20 runs per level (rounds alternate between contenders), at most 60 s per level.\n\n")
+		p("| contender | concurrent | rounds | runs | per-run median ms | per-run p99 ms | median burst wall ms | runs/s | failures |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, s := range r.Scaling {
+			p("| %s | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %d |\n", s.Contender, s.Concurrency, s.Rounds, s.Runs,
+				s.PerRun.Median, s.PerRun.P99, s.RoundWallMS, s.Throughput, s.Failures)
+		}
+		p("\n")
+	}
+
+	if len(r.Micro) > 0 {
+		p("## In-process hot paths (Go benchmarks)\n\n| package | benchmark | ns/op | B/op | allocs/op |\n|---|---|--:|--:|--:|\n")
+		for _, mb := range r.Micro {
+			if mb.HasAlloc {
+				p("| %s | %s | %.1f | %.0f | %.0f |\n", mb.Pkg, mb.Name, mb.NsPerOp, mb.BPerOp, mb.Allocs)
+			} else {
+				p("| %s | %s | %.1f | | |\n", mb.Pkg, mb.Name, mb.NsPerOp)
+			}
+		}
+		p("\n")
+	}
+
+	if len(r.Notes) > 0 {
+		p("## Notes\n\n")
+		for _, n := range r.Notes {
+			p("- %s\n", escape(n))
+		}
+		p("\n")
+	}
+	p("Charts: `startup.png` (cold-start distributions), `overhead.png` (ratios to bare), `scaling.png` (concurrency).\n")
+	return b.String()
+}
+
+func workloads(rows []ColdRow) []string {
+	var ws []string
+	for _, r := range rows {
+		if !contains(ws, r.Workload) {
+			ws = append(ws, r.Workload)
+		}
+	}
+	return ws
+}
+
+func orDash(x float64) string {
+	if x == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+func escape(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// SessionResult is the latency of Exec into a warm session.
+type SessionResult struct {
+	Skipped  bool    `json:"skipped"`
+	Note     string  `json:"note,omitempty"`
+	CreateMS float64 `json:"new_session_ms,omitempty"`
+	ExecMS   Summary `json:"exec_true_ms"`
+	Failures int     `json:"failures"`
+}
+
+// sessionBench opens one session whose policy allows /usr/bin/true and
+// times n Execs of it after a few warm-up ones.
+func sessionBench(ctx context.Context, n int) SessionResult {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	p, err := policy.Parse([]byte("version: 1\nallowed_tools: [/usr/bin/true]\nbudget:\n  max_wall: 5m\n  max_ops: 100000\n"), policy.ParseOptions{})
+	if err != nil {
+		return SessionResult{Skipped: true, Note: "policy: " + err.Error()}
+	}
+	start := time.Now()
+	s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p})
+	if err != nil {
+		log.Printf("session exec skipped: %v", err)
+		return SessionResult{Skipped: true, Note: fmt.Sprintf("sandbox.NewSession: %v", err)}
+	}
+	defer s.Close()
+	res := SessionResult{CreateMS: ms(time.Since(start))}
+	var xs []float64
+	for i := -5; i < n; i++ {
+		t := time.Now()
+		rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"/usr/bin/true"}, Timeout: 10 * time.Second})
+		d := time.Since(t)
+		if err != nil || rep.ExitCode != 0 {
+			res.Failures++
+			if res.Note == "" {
+				res.Note = fmt.Sprintf("Exec: err %v, report %+v", err, rep)
+			}
+			if res.Failures > 10 && len(xs) == 0 {
+				break
+			}
+			continue
+		}
+		if i >= 0 {
+			xs = append(xs, ms(d))
+		}
+	}
+	res.ExecMS = summarize(xs)
+	return res
+}

@@ -1,0 +1,86 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// TestIsolationOCI runs the same policy through runc and crun: grants,
+// containment, egress through airlock's proxy, and the deadline.
+func TestIsolationOCI(t *testing.T) {
+	airtest.RequireRoot(t)
+	for _, rt := range []struct{ name, bin string }{{"runc", "/usr/sbin/runc"}, {"crun", "/usr/bin/crun"}} {
+		t.Run(rt.name, func(t *testing.T) {
+			airtest.RequireBinary(t, rt.bin)
+			tr := newTree(t)
+			if err := os.Chmod(tr.out, 0o1777); err != nil {
+				t.Fatal(err)
+			}
+			var allowedHits, deniedHits atomic.Int32
+			allowed := serve(t, &allowedHits, "hello from allowed")
+			denied := serve(t, &deniedHits, "nope")
+			p, err := policy.New(policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out},
+				NetHosts: []string{allowed}, Budget: budget.Limits{Wall: 30 * time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			code := fmt.Sprintf(`
+import os, sys, urllib.request
+bad = []
+print(open(%q).read().strip())
+open(%q, "w").write("written")
+for p in [%q, "/etc/shadow"]:
+    try:
+        open(p).read(); bad.append("read " + p)
+    except OSError:
+        pass
+print(urllib.request.urlopen("http://%s/", timeout=10).read().decode())
+try:
+    urllib.request.urlopen("http://%s/", timeout=10).read(); bad.append("denied host reached")
+except Exception:
+    pass
+status = open("/proc/self/status").read()
+if "CapEff:\t0000000000000000" not in status or "NoNewPrivs:\t1" not in status:
+    bad.append("privileges")
+print("bad", bad)
+sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/oci.txt", tr.secret, allowed, denied)
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationOCI, Runtime: rt.name},
+				Args: []string{"/usr/bin/python3", "-c", code}, CommandIsGranted: true}).Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantExit(t, rep, 0)
+			if !strings.Contains(rep.Stdout, "hello from allowed") || !strings.Contains(rep.Stdout, "x,y") {
+				t.Fatalf("stdout = %q", rep.Stdout)
+			}
+			if got, err := os.ReadFile(filepath.Join(tr.out, "oci.txt")); err != nil || string(got) != "written" {
+				t.Fatalf("oci.txt = %q, %v", got, err)
+			}
+			if deniedHits.Load() != 0 {
+				t.Fatalf("the denied server got %d connections", deniedHits.Load())
+			}
+
+			// The deadline halts the container.
+			p2, _ := policy.New(policy.Spec{Budget: budget.Limits{Wall: 2 * time.Second}})
+			rep, err = (&sandbox.Cmd{Config: sandbox.Config{Policy: p2, Isolation: sandbox.IsolationOCI, Runtime: rt.name},
+				Args: []string{"/usr/bin/python3", "-c", "while True: pass"}, CommandIsGranted: true}).Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantHalt(t, rep, budget.MaxWall)
+		})
+	}
+}
