@@ -68,10 +68,7 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 		r.report.Enforcement.Cgroup = ip.lim.host.Version
 	}
 
-	exe := r.c.Executable
-	if exe == "" {
-		exe = "/proc/self/exe"
-	}
+	exe := initExecutable(r.c.Executable)
 	root := os.Geteuid() == 0
 	id, gid := os.Getuid(), os.Getgid()
 	if root {

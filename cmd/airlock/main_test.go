@@ -47,6 +47,12 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "go build -o %s .: %v\n%s", airlockBin, err, out)
 		return 1
 	}
+	// Installed as documented: the small init next to the CLI.
+	initBin := filepath.Join(dir, "airlock-init")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", initBin, "../airlock-init").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build -o %s ../airlock-init: %v\n%s", initBin, err, out)
+		return 1
+	}
 	return m.Run()
 }
 
