@@ -11,39 +11,47 @@ import (
 // the supervisor prefers to re-executing itself.
 const InitBinary = "airlock-init"
 
-// initExecutable returns the binary to re-execute as the sandbox's init:
-// Config.Executable when set; else airlock-init next to this executable
-// when it is trustworthy (a regular file with the same owner as this
-// binary, or root's, writable by nobody else); else /proc/self/exe. Every
-// choice runs the same init code, so the fallback changes speed, not
+// openInit opens the binary to re-execute as the sandbox's init and
+// returns nil when the supervisor should re-execute itself
+// (/proc/self/exe). Config.Executable wins when set; otherwise airlock-init
+// next to this executable is used when it is trustworthy: a regular file
+// (not a symlink), executable, owned by this binary's owner or root, and
+// writable by nobody else. The file is opened once and executed through
+// its fd, so it cannot be swapped after the check and the sandbox's
+// unprivileged uid never has to walk the host's directories to find it.
+// Every choice runs the same init code: the fallback changes speed, not
 // enforcement.
-func initExecutable(configured string) string {
+func openInit(configured string) (*os.File, error) {
 	if configured != "" {
-		return configured
+		return os.Open(configured)
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return "/proc/self/exe"
+		return nil, nil
 	}
-	return initNextTo(self)
+	return openInitNextTo(self), nil
 }
 
-// initNextTo applies initExecutable's rules to the binary at self.
-func initNextTo(self string) string {
+// openInitNextTo applies openInit's rules to the binary at self.
+func openInitNextTo(self string) *os.File {
 	self, err := filepath.EvalSymlinks(self)
 	if err != nil {
-		return "/proc/self/exe"
+		return nil
 	}
-	cand := filepath.Join(filepath.Dir(self), InitBinary)
-	var st, me unix.Stat_t
-	if unix.Lstat(cand, &st) != nil || unix.Stat(self, &me) != nil {
-		return "/proc/self/exe"
+	var me unix.Stat_t
+	if unix.Stat(self, &me) != nil {
+		return nil
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o022 != 0 || st.Mode&0o111 == 0 {
-		return "/proc/self/exe"
+	f, err := os.OpenFile(filepath.Join(filepath.Dir(self), InitBinary), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
 	}
-	if st.Uid != me.Uid && st.Uid != 0 {
-		return "/proc/self/exe"
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil ||
+		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o022 != 0 || st.Mode&0o111 == 0 ||
+		(st.Uid != me.Uid && st.Uid != 0) {
+		f.Close()
+		return nil
 	}
-	return cand
+	return f
 }

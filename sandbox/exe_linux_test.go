@@ -42,17 +42,16 @@ func TestInitNextTo(t *testing.T) {
 			if err := tt.setup(dir); err != nil {
 				t.Fatal(err)
 			}
-			got := initNextTo(self)
-			want := "/proc/self/exe"
-			if tt.useInit {
-				want = filepath.Join(dir, InitBinary)
+			f := openInitNextTo(self)
+			if f != nil {
+				defer f.Close()
 			}
-			if got != want {
-				t.Errorf("initNextTo(%s) = %q, want %q", tt.name, got, want)
+			if (f != nil) != tt.useInit {
+				t.Errorf("openInitNextTo(%s) = %v, want an init binary: %v", tt.name, f, tt.useInit)
 			}
 		})
 	}
-	if got := initExecutable("/configured"); got != "/configured" {
-		t.Errorf("initExecutable(configured) = %q", got)
+	if _, err := openInit("/nonexistent/init"); err == nil {
+		t.Error("openInit of a configured binary that does not exist succeeded")
 	}
 }

@@ -68,7 +68,20 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 		r.report.Enforcement.Cgroup = ip.lim.host.Version
 	}
 
-	exe := initExecutable(r.c.Executable)
+	exe := "/proc/self/exe"
+	extra := []*os.File{planR, child}
+	initFile, err := openInit(r.c.Executable)
+	if err != nil {
+		ip.lim.finish(r)
+		unix.Close(ip.ctl)
+		return nil, fmt.Errorf("sandbox init binary: %w", err)
+	}
+	if initFile != nil {
+		defer initFile.Close()
+		// Executed through its fd (the third extra file is fd 5 in the child).
+		extra = append(extra, initFile)
+		exe = "/proc/self/fd/5"
+	}
 	root := os.Geteuid() == 0
 	id, gid := os.Getuid(), os.Getgid()
 	if root {
@@ -82,7 +95,7 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 		Stdin:      stdin,
 		Stdout:     stdout,
 		Stderr:     stderr,
-		ExtraFiles: []*os.File{planR, child},
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 cloneFlags,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
