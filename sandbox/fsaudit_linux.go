@@ -47,6 +47,10 @@ func releaseFSAudit() {
 	}
 }
 
+// fsReported explains what a report's filesystem denials cover.
+const fsReported = "reported from Landlock audit records for paths that exist inside the sandbox but are not granted; " +
+	"paths outside every grant do not exist inside at all, so opening them fails with ENOENT and leaves no record"
+
 // fsDenials is the filesystem-denial side of one run or session.
 type fsDenials struct {
 	col *fsaudit.Collector
@@ -68,7 +72,7 @@ func startFSAudit(r *run) *fsDenials {
 		r.report.Enforcement.FSDenials = "unavailable: " + err.Error()
 		return nil
 	}
-	r.report.Enforcement.FSDenials = "reported from Landlock audit records"
+	r.report.Enforcement.FSDenials = fsReported
 	return &fsDenials{col: col}
 }
 
@@ -104,7 +108,7 @@ func (f *fsDenials) emit(r *run, settle bool) {
 		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message, Suggestion: d.Suggestion})
 	}
 	if f.run.Stats().Incomplete() {
-		r.report.Enforcement.FSDenials = "reported from Landlock audit records; some records were lost, so the list may be incomplete"
+		r.report.Enforcement.FSDenials = fsReported + "; some records were lost, so the list may be incomplete"
 	}
 }
 
