@@ -64,7 +64,7 @@ type fsDenials struct {
 // records in the report whether it works here.
 func startFSAudit(r *run) *fsDenials {
 	if !r.c.FSAudit {
-		r.report.Enforcement.FSDenials = "off: filesystem denials are enforced but not reported (enable Config.FSAudit; airlock run does by default)"
+		r.report.Enforcement.FSDenials = "off: filesystem denials are enforced but not itemized (airlock run --fs-audit, or Config.FSAudit, turns it on)"
 		return nil
 	}
 	col, err := acquireFSAudit()

@@ -50,7 +50,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	idle := fs.Duration("idle", server.DefaultIdle, "end a session after this long without a request")
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
 	auditFile := fs.String("audit", "", "append audit events (JSON lines) to `FILE`")
-	fsAudit := fs.Bool("fs-audit", true, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
+	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

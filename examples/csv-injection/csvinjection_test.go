@@ -122,7 +122,7 @@ func TestCSVInjection(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--policy", "policy.yaml",
+	cmd := exec.CommandContext(ctx, bin, "run", "--fs-audit", "--policy", "policy.yaml",
 		"--env", "HOME="+home, "--env", "ATTACKER_URL="+url, "--json", "--", "python3", "../agent_snippet.py")
 	cmd.Dir = dir
 	var stdout, stderr bytes.Buffer

@@ -201,10 +201,10 @@ func contenders(ctx context.Context, work, airlockBin string) ([]*Contender, []s
 		}
 	}
 	cs = append(cs, &Contender{Name: "airlock",
-		Equivalence: "airlock run --no-fs-audit with the default policy (nothing granted): 7 namespaces, root made of the system base " +
+		Equivalence: "airlock run with the default policy (nothing granted): 7 namespaces, root made of the system base " +
 			"and the command, Landlock, seccomp, no capabilities, cgroup limits, rlimits, deadline, output capture; " +
-			"filesystem-denial reporting off (it turns the host's kernel audit on and waits ~40 ms per run for the kernel to release the Landlock domain)",
-		command: plain(airlockBin, "run", "--no-fs-audit")})
+			"filesystem-denial reporting off (the default; --fs-audit turns the host's kernel audit on and waits ~40 ms per run for the kernel to release the Landlock domain)",
+		command: plain(airlockBin, "run")})
 	for _, c := range cs {
 		if c.command == nil || c.Reason != "" {
 			continue
