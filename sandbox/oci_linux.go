@@ -106,16 +106,15 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 
 	// The container joins a network namespace airlock made: only lo, and
 	// the proxy's listeners served from here.
-	nsFile := filepath.Join(tmp, "netns")
-	listeners, err := makeNetns(nsFile, pl.Proxy)
+	nsPath, listeners, release, err := makeNetns(pl.Proxy)
 	if err != nil {
 		r.fail(err)
 		return
 	}
-	defer unix.Unmount(nsFile, unix.MNT_DETACH)
+	defer release()
 	for i, ns := range b.Spec.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace {
-			b.Spec.Linux.Namespaces[i].Path = nsFile
+			b.Spec.Linux.Namespaces[i].Path = nsPath
 		}
 	}
 	if err := b.Write(bundleDir); err != nil {
@@ -235,58 +234,56 @@ func checkWritable(dirs []string, id uint32) error {
 	return nil
 }
 
-// makeNetns creates a network namespace holding only lo, pins it at file
-// (a bind mount of the nsfs inode) and, when the plan has a proxy, returns
-// the proxy's listening sockets created inside it.
-func makeNetns(file string, proxy bool) ([]int, error) {
-	f, err := os.OpenFile(file, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
-	if err != nil {
-		return nil, err
-	}
-	f.Close()
+// makeNetns creates a network namespace holding only lo on a dedicated OS
+// thread that stays in it until release is called, and returns the
+// namespace's /proc path for the runtime to join. Nothing is mounted on the
+// host: if the supervisor dies, the thread and the namespace go with it.
+// When the plan has a proxy, it also returns the proxy's listening sockets
+// created inside the namespace.
+func makeNetns(proxy bool) (path string, fds []int, release func(), err error) {
 	type result struct {
-		fds []int
-		err error
+		path string
+		fds  []int
+		err  error
 	}
 	ch := make(chan result, 1)
+	stop := make(chan struct{})
 	go func() {
-		// This thread switches network namespace and never returns to the
-		// scheduler's pool: the goroutine exits without unlocking, so Go
-		// terminates the thread.
+		// The thread switches network namespace and never rejoins the
+		// scheduler's pool: the goroutine exits locked, so Go ends the thread.
 		runtime.LockOSThread()
 		var res result
-		defer func() { ch <- res }()
+		fail := func(e error) {
+			for _, f := range res.fds {
+				unix.Close(f)
+			}
+			ch <- result{err: e}
+		}
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			res.err = fmt.Errorf("unshare network namespace: %w", err)
+			fail(fmt.Errorf("unshare network namespace: %w", err))
 			return
 		}
 		if err := netns.LoopbackUp(); err != nil {
-			res.err = err
+			fail(err)
 			return
 		}
-		if err := unix.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), file, "", unix.MS_BIND, ""); err != nil {
-			res.err = fmt.Errorf("pin network namespace: %w", err)
-			return
-		}
-		if !proxy {
-			return
-		}
-		for _, port := range []int{plan.HTTPProxyPort, plan.SOCKSProxyPort} {
-			fd, err := netns.Listen(port)
-			if err != nil {
-				res.err = err
-				for _, f := range res.fds {
-					unix.Close(f)
+		if proxy {
+			for _, port := range []int{plan.HTTPProxyPort, plan.SOCKSProxyPort} {
+				fd, err := netns.Listen(port)
+				if err != nil {
+					fail(err)
+					return
 				}
-				res.fds = nil
-				return
+				res.fds = append(res.fds, fd)
 			}
-			res.fds = append(res.fds, fd)
 		}
+		res.path = fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+		ch <- res
+		<-stop // keep the namespace's path valid until the container has run
 	}()
 	res := <-ch
 	if res.err != nil {
-		_ = unix.Unmount(file, unix.MNT_DETACH) // may not be mounted
+		return "", nil, nil, res.err
 	}
-	return slices.Clip(res.fds), res.err
+	return res.path, slices.Clip(res.fds), func() { close(stop) }, nil
 }
