@@ -60,8 +60,11 @@ func (b *Bundle) Write(dir string) error {
 }
 
 // skeleton creates an empty mount point in rootfs for every mount outside
-// /dev and /proc (the runtime fills those): a file when the bind source is
-// a regular file, a directory otherwise. Mount points are made before the
+// /proc (the runtime fills it) and for the device binds under /dev: a file
+// when the bind source is a regular file or a device, a directory
+// otherwise. runc and crun put /dev on a tmpfs first and ignore the device
+// mount points here; gVisor's gofer needs them to exist, since the
+// sandbox's user may not create them. Mount points are made before the
 // symlinks, so none is created through a link.
 func (b *Bundle) skeleton(root *os.Root, dir string) error {
 	if err := root.MkdirAll("rootfs", 0o755); err != nil {
@@ -69,7 +72,8 @@ func (b *Bundle) skeleton(root *os.Root, dir string) error {
 	}
 	for _, m := range b.Spec.Mounts {
 		dst := path.Clean(m.Destination)
-		if dst == "/dev" || dst == "/proc" || strings.HasPrefix(dst, "/dev/") || strings.HasPrefix(dst, "/proc/") {
+		devBind := strings.HasPrefix(dst, "/dev/") && m.Type == "bind"
+		if !devBind && (dst == "/dev" || dst == "/proc" || strings.HasPrefix(dst, "/dev/") || strings.HasPrefix(dst, "/proc/")) {
 			if dst == "/dev" || dst == "/proc" {
 				if err := root.MkdirAll("rootfs"+dst, 0o755); err != nil {
 					return err
@@ -78,7 +82,7 @@ func (b *Bundle) skeleton(root *os.Root, dir string) error {
 			continue
 		}
 		rel := "rootfs" + dst
-		if !isRegular(m.Type, m.Source, dir) {
+		if !devBind && !isRegular(m.Type, m.Source, dir) {
 			if err := root.MkdirAll(rel, 0o755); err != nil {
 				return err
 			}
