@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/export/oci"
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/enforce/netns"
 	"github.com/airlock-sandbox/airlock/internal/plan"
 	"github.com/airlock-sandbox/airlock/policy/budget"
@@ -91,8 +93,16 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 		r.fail(err)
 		return
 	}
-	tmp, err := os.MkdirTemp("", "airlock-oci-")
+	ociJanitorOnce.Do(func() { ociJanitor(rt) })
+	// The work directory carries the supervisor's pid and start time, so a
+	// later run can tell it was left by a supervisor that died.
+	name, err := cgroup.NewName(os.Getpid())
 	if err != nil {
+		r.fail(err)
+		return
+	}
+	tmp := filepath.Join(os.TempDir(), name)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
 		r.fail(err)
 		return
 	}
@@ -215,6 +225,35 @@ loop:
 	if code > 128 && code < 128+65 {
 		s := code - 128
 		r.report.Signal = &s
+	}
+}
+
+var ociJanitorOnce sync.Once
+
+// ociJanitor cleans up after supervisors that died during an OCI run: for
+// every airlock work directory whose owner is gone it force-deletes the
+// containers recorded in its runtime state (killing an orphaned container
+// still running) and removes the directory. It identifies only
+// directories named by cgroup.NewName.
+func ociJanitor(rt ociRuntime) {
+	ents, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if _, _, ok := cgroup.ParseName(e.Name()); !ok || !e.IsDir() || cgroup.OwnerAlive(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(os.TempDir(), e.Name())
+		state := filepath.Join(dir, "state")
+		if ids, err := os.ReadDir(state); err == nil {
+			for _, id := range ids {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_ = exec.CommandContext(ctx, rt.bin, "--root", state, "delete", "--force", id.Name()).Run() // best effort: the container may be gone
+				cancel()
+			}
+		}
+		_ = os.RemoveAll(dir) // best effort; the next run tries again
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -83,4 +84,60 @@ sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/oci.txt", tr.secret, a
 			wantHalt(t, rep, budget.MaxWall)
 		})
 	}
+}
+
+// TestIsolationOCIJanitor: a container left running by a supervisor that
+// was SIGKILLed is killed, and its work directory removed, by the next
+// OCI run.
+func TestIsolationOCIJanitor(t *testing.T) {
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "/usr/sbin/runc")
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "airlock")
+	goBuild(t, "../cmd/airlock", bin)
+	marker := "airlock-janitor-" + fmt.Sprint(time.Now().UnixNano())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "--isolation", "oci", "--runtime", "runc", "--max-wall", "60s",
+		"--", "/usr/bin/python3", "-c", "import time\nwhile True: time.sleep(1)", marker)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the container's process exists, then SIGKILL the supervisor.
+	if !waitFor(20*time.Second, func() bool { return len(marked(t, marker)) > 0 }) {
+		_ = cmd.Process.Kill()
+		t.Fatal("the container never started")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	// The next OCI run's janitor must end the orphan.
+	p, _ := policy.New(policy.Spec{Budget: budget.Limits{Wall: 20 * time.Second}})
+	rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationOCI, Runtime: "runc"},
+		Args: []string{"/bin/true"}, CommandIsGranted: true}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, rep, 0)
+	if !waitFor(20*time.Second, func() bool { return len(marked(t, marker)) == 0 }) {
+		t.Fatalf("the orphaned container still runs: pids %v", marked(t, marker))
+	}
+}
+
+// waitFor polls cond on a ticker until it holds or d passes.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }
