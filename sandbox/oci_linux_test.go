@@ -86,9 +86,9 @@ sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/oci.txt", tr.secret, a
 	}
 }
 
-// TestIsolationOCIJanitor: a container left running by a supervisor that
-// was SIGKILLed is killed, and its work directory removed, by the next
-// OCI run.
+// TestIsolationOCIJanitor: when a supervisor is SIGKILLed mid-run, its
+// container dies with it (runc's parent-death signal) and the work
+// directory it leaves is removed by the next OCI run's janitor.
 func TestIsolationOCIJanitor(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "/usr/sbin/runc")
@@ -107,13 +107,30 @@ func TestIsolationOCIJanitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Wait until the container's process exists, then SIGKILL the supervisor.
-	if !waitFor(20*time.Second, func() bool { return len(marked(t, marker)) > 0 }) {
+	inContainer := func() []int {
+		var out []int
+		for _, pid := range marked(t, marker) {
+			if pid != cmd.Process.Pid {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	if !waitFor(20*time.Second, func() bool { return len(inContainer()) > 0 }) {
 		_ = cmd.Process.Kill()
 		t.Fatal("the container never started")
 	}
+	killedPid := cmd.Process.Pid
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	// The next OCI run's janitor must end the orphan.
+	leftovers := func() []string {
+		m, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d-*", killedPid)))
+		return m
+	}
+	if len(leftovers()) == 0 {
+		t.Fatal("the killed supervisor left no work directory: the janitor check below would prove nothing")
+	}
+	// The next OCI run's janitor must clean up after it.
 	p, _ := policy.New(policy.Spec{Budget: budget.Limits{Wall: 20 * time.Second}})
 	rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationOCI, Runtime: "runc"},
 		Args: []string{"/bin/true"}, CommandIsGranted: true}).Run(ctx)
@@ -121,8 +138,11 @@ func TestIsolationOCIJanitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantExit(t, rep, 0)
-	if !waitFor(20*time.Second, func() bool { return len(marked(t, marker)) == 0 }) {
-		t.Fatalf("the orphaned container still runs: pids %v", marked(t, marker))
+	if !waitFor(20*time.Second, func() bool { return len(inContainer()) == 0 }) {
+		t.Fatalf("the orphaned container still runs: pids %v", inContainer())
+	}
+	if l := leftovers(); len(l) != 0 {
+		t.Fatalf("the janitor left %v", l)
 	}
 }
 
