@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sync"
 	"syscall"
 	"time"
 
@@ -24,31 +23,53 @@ import (
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
-// hybridArg0 is argv[0] of airlock re-executed to launch a runtime (crun)
-// that refuses a hybrid cgroup layout: Init hides the cgroup2 mount in a
-// private mount namespace, then execs the runtime.
-const hybridArg0 = "airlock-hybrid-exec"
+// launcherArg0 is argv[0] of airlock re-executed to launch an OCI runtime.
+// The launcher is pid 1 of a new pid namespace (and has a private mount
+// namespace): when the supervisor dies, Pdeathsig kills the launcher-turned-
+// runtime, and with pid 1 gone the kernel kills every process in the
+// namespace, the container's included. So a container cannot outlive its
+// supervisor. Arguments: HIDE_CGROUP2 ("1" or "0"), NETNS_FILE, then the
+// runtime's argv. fd 3 is the network namespace to bind at NETNS_FILE.
+const launcherArg0 = "airlock-oci-launcher"
 
-// hybridExec never returns on success.
-func hybridExec() {
-	runtime.LockOSThread() // unshare applies to this thread, which then execs
+// launcherNetnsFD is the launcher's inherited network namespace fd.
+const launcherNetnsFD = 3
+
+// launch never returns on success.
+//
+// Preconditions:
+//   - started by execOCI with CLONE_NEWPID|CLONE_NEWNS, as root
+func launch() {
+	runtime.LockOSThread()
 	fail := func(err error) {
 		fmt.Fprintf(os.Stderr, "airlock: launch runtime: %v\n", err)
 		os.Exit(125)
 	}
-	if len(os.Args) < 2 {
-		fail(errors.New("no runtime given"))
+	if len(os.Args) < 4 {
+		fail(errors.New("usage: HIDE_CGROUP2 NETNS_FILE RUNTIME [ARG]..."))
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		fail(fmt.Errorf("unshare mount namespace: %w", err))
-	}
+	hide, nsFile, argv := os.Args[1] == "1", os.Args[2], os.Args[3:]
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fail(fmt.Errorf("make / private: %w", err))
 	}
-	if err := unix.Unmount("/sys/fs/cgroup/unified", unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		fail(fmt.Errorf("hide cgroup2: %w", err))
+	// The runtime reads /proc/<pid> of its own children: /proc must show
+	// this pid namespace.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		fail(fmt.Errorf("mount /proc for the launcher's pid namespace: %w", err))
 	}
-	fail(unix.Exec(os.Args[1], os.Args[1:], os.Environ()))
+	if hide {
+		// crun refuses the hybrid cgroup layout unless cgroup2 is hidden (DESIGN §7).
+		if err := unix.Unmount("/sys/fs/cgroup/unified", unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			fail(fmt.Errorf("hide cgroup2: %w", err))
+		}
+	}
+	// Pin the network namespace at a path only this mount namespace sees:
+	// nothing is left on the host when the launcher dies.
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", launcherNetnsFD), nsFile, "", unix.MS_BIND, ""); err != nil {
+		fail(fmt.Errorf("bind the network namespace: %w", err))
+	}
+	unix.Close(launcherNetnsFD)
+	fail(unix.Exec(argv[0], argv, os.Environ()))
 }
 
 // ociRuntime is one runtime airlock can drive.
@@ -93,7 +114,7 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 		r.fail(err)
 		return
 	}
-	ociJanitorOnce.Do(func() { ociJanitor(rt) })
+	ociJanitor() // cheap: a long-lived supervisor (serve) cleans up after others on every OCI run
 	// The work directory carries the supervisor's pid and start time, so a
 	// later run can tell it was left by a supervisor that died.
 	name, err := cgroup.NewName(os.Getpid())
@@ -122,11 +143,23 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 		return
 	}
 	defer release()
+	nsFD, err := os.Open(nsPath)
+	if err != nil {
+		r.fail(fmt.Errorf("open the container's network namespace: %w", err))
+		return
+	}
+	defer nsFD.Close()
+	nsFile := filepath.Join(tmp, "netns") // bound by the launcher, in its own mount namespace
+	if err := os.WriteFile(nsFile, nil, 0o444); err != nil {
+		r.fail(err)
+		return
+	}
 	for i, ns := range b.Spec.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace {
-			b.Spec.Linux.Namespaces[i].Path = nsPath
+			b.Spec.Linux.Namespaces[i].Path = nsFile
 		}
 	}
+	b.Spec.Linux.CgroupsPath = ociCgroupParent + "/" + name
 	if err := b.Write(bundleDir); err != nil {
 		r.fail(err)
 		return
@@ -149,22 +182,23 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 	r.report.Enforcement.Cgroup = "runtime:" + rt.name
 	r.report.Enforcement.FSDenials = "not reported under isolation oci"
 
-	id := "airlock-" + newID()
+	id := name // the container is named like the work dir, for the janitor
 	state := filepath.Join(tmp, "state")
 	stdout := &capture{r: r, tee: r.c.Stdout, halted: make(chan struct{}, 1)}
 	stderr := &capture{r: r, tee: r.c.Stderr, halted: make(chan struct{}, 1)}
-	argv := []string{rt.bin, "--root", state, "run", "--bundle", bundleDir, id}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	hide := "0"
 	if rt.hybrid {
-		exe := r.c.Executable
-		if exe == "" {
-			exe = "/proc/self/exe"
-		}
-		cmd = &exec.Cmd{Path: exe, Args: append([]string{hybridArg0}, argv...)}
+		hide = "1"
 	}
+	exe := r.c.Executable
+	if exe == "" {
+		exe = "/proc/self/exe"
+	}
+	cmd := &exec.Cmd{Path: exe, Args: []string{launcherArg0, hide, nsFile, rt.bin, "--root", state, "run", "--bundle", bundleDir, id}}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.c.Stdin, stdout, stderr
+	cmd.ExtraFiles = []*os.File{nsFD} // fd 3: launcherNetnsFD
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: unix.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: unix.SIGKILL, Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS}
 	cmd.WaitDelay = time.Second
 	runtime.LockOSThread() // Pdeathsig is tied to this thread
 	defer runtime.UnlockOSThread()
@@ -172,16 +206,13 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 		r.fail(fmt.Errorf("start %s: %w", rt.name, err))
 		return
 	}
-	kill := func() {
-		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = exec.CommandContext(kctx, rt.bin, "--root", state, "kill", id, "KILL").Run() // the container may be gone
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = exec.CommandContext(dctx, rt.bin, "--root", state, "delete", "--force", id).Run() // gone already after a clean run
-	}()
+	// The runtime records pids as its own pid namespace numbers them, so
+	// `runtime kill` from here could hit an unrelated host process: end the
+	// container by killing the launcher, pid 1 of the namespace that holds it.
+	kill := func() { _ = cmd.Process.Kill() } // already gone is fine
+	// A clean `run` deletes its container; after a kill the runtime's
+	// cgroup directories are left (empty) and removed here.
+	defer removeOCICgroups(id)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(time.Until(r.meter.Deadline()))
@@ -228,32 +259,65 @@ loop:
 	}
 }
 
-var ociJanitorOnce sync.Once
+// ociCgroupParent is where containers' cgroups are created in every
+// hierarchy, so leftovers can be found and attributed.
+const ociCgroupParent = "/airlock-oci"
 
-// ociJanitor cleans up after supervisors that died during an OCI run: for
-// every airlock work directory whose owner is gone it force-deletes the
-// containers recorded in its runtime state (killing an orphaned container
-// still running) and removes the directory. It identifies only
-// directories named by cgroup.NewName.
-func ociJanitor(rt ociRuntime) {
-	ents, err := os.ReadDir(os.TempDir())
+// ociCgroupDirs returns the container's cgroup directory in every mounted
+// hierarchy (v1 controllers and cgroup2).
+func ociCgroupDirs(id string) []string {
+	var out []string
+	ents, err := os.ReadDir("/sys/fs/cgroup")
 	if err != nil {
-		return
+		return nil
 	}
 	for _, e := range ents {
-		if _, _, ok := cgroup.ParseName(e.Name()); !ok || !e.IsDir() || cgroup.OwnerAlive(e.Name()) {
-			continue
+		out = append(out, filepath.Join("/sys/fs/cgroup", e.Name(), ociCgroupParent, id))
+	}
+	return append(out, filepath.Join("/sys/fs/cgroup", ociCgroupParent, id))
+}
+
+// removeOCICgroups removes a dead container's (empty) cgroup directories,
+// children first.
+func removeOCICgroups(id string) {
+	for _, d := range ociCgroupDirs(id) {
+		var dirs []string
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = unix.Rmdir(dirs[i]) // EBUSY while processes remain: the janitor retries later
 		}
-		dir := filepath.Join(os.TempDir(), e.Name())
-		state := filepath.Join(dir, "state")
-		if ids, err := os.ReadDir(state); err == nil {
-			for _, id := range ids {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_ = exec.CommandContext(ctx, rt.bin, "--root", state, "delete", "--force", id.Name()).Run() // best effort: the container may be gone
-				cancel()
+	}
+}
+
+// ociJanitor cleans up after supervisors that died during an OCI run (their
+// containers died with the launcher's pid namespace): it removes work
+// directories and container cgroups named for a supervisor that is gone.
+// It identifies only names made by cgroup.NewName.
+func ociJanitor() {
+	if ents, err := os.ReadDir(os.TempDir()); err == nil {
+		for _, e := range ents {
+			if _, _, ok := cgroup.ParseName(e.Name()); ok && e.IsDir() && !cgroup.OwnerAlive(e.Name()) {
+				_ = os.RemoveAll(filepath.Join(os.TempDir(), e.Name())) // best effort; the next run tries again
 			}
 		}
-		_ = os.RemoveAll(dir) // best effort; the next run tries again
+	}
+	seen := map[string]bool{}
+	for _, parent := range ociCgroupDirs("") {
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if _, _, ok := cgroup.ParseName(e.Name()); ok && !seen[e.Name()] && !cgroup.OwnerAlive(e.Name()) {
+				seen[e.Name()] = true
+				removeOCICgroups(e.Name())
+			}
+		}
 	}
 }
 

@@ -87,8 +87,9 @@ sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/oci.txt", tr.secret, a
 }
 
 // TestIsolationOCIJanitor: when a supervisor is SIGKILLed mid-run, its
-// container dies with it (runc's parent-death signal) and the work
-// directory it leaves is removed by the next OCI run's janitor.
+// container dies with it (the runtime runs as pid 1 of a pid namespace
+// tied to the supervisor), and the work directory and container cgroups it
+// leaves are removed by the next OCI run's janitor.
 func TestIsolationOCIJanitor(t *testing.T) {
 	airtest.RequireRoot(t)
 	airtest.RequireBinary(t, "/usr/sbin/runc")
@@ -127,6 +128,9 @@ func TestIsolationOCIJanitor(t *testing.T) {
 		m, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d-*", killedPid)))
 		return m
 	}
+	if !waitFor(20*time.Second, func() bool { return len(inContainer()) == 0 }) {
+		t.Fatalf("the container outlived its supervisor: pids %v", inContainer())
+	}
 	if len(leftovers()) == 0 {
 		t.Fatal("the killed supervisor left no work directory: the janitor check below would prove nothing")
 	}
@@ -138,11 +142,14 @@ func TestIsolationOCIJanitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantExit(t, rep, 0)
-	if !waitFor(20*time.Second, func() bool { return len(inContainer()) == 0 }) {
-		t.Fatalf("the orphaned container still runs: pids %v", inContainer())
-	}
 	if l := leftovers(); len(l) != 0 {
 		t.Fatalf("the janitor left %v", l)
+	}
+	for _, pat := range []string{"/sys/fs/cgroup/*/airlock-oci", "/sys/fs/cgroup/airlock-oci"} {
+		m, _ := filepath.Glob(filepath.Join(pat, fmt.Sprintf("airlock-%d-*", killedPid)))
+		if len(m) != 0 {
+			t.Fatalf("the janitor left container cgroups %v", m)
+		}
 	}
 }
 

@@ -33,8 +33,8 @@ func Init() {
 	switch os.Args[0] {
 	case nsinit.Arg0:
 		nsinit.Main()
-	case hybridArg0:
-		hybridExec()
+	case launcherArg0:
+		launch()
 	}
 }
 
