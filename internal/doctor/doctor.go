@@ -303,7 +303,7 @@ func evaluateAudit(f Facts, check func(string, bool, string, string), layer func
 			detail += "; audit is off: a run turns it on (host-wide) to read Landlock records"
 		}
 		check("audit", true, detail, "")
-		layer("fs_denials", Enforced, "Landlock audit records are readable: filesystem denials are listed in the report", "")
+		layer("fs_denials", Enforced, "Landlock audit records are readable: with --fs-audit, filesystem denials are listed in the report", "")
 		return
 	}
 	check("audit", false, detail+"; "+a.Collector.Error(),
