@@ -243,8 +243,11 @@ func (ip *initProc) readControl(r *run) {
 }
 
 func (ip *initProc) serveProxy(r *run, fds []int) {
+	// Each fd is closed exactly once: by its os.File below, or here if it
+	// never gets one. (Closing a number twice could close whatever reused it.)
+	owned := 0
 	defer func() {
-		for _, fd := range fds {
+		for _, fd := range fds[owned:] {
 			unix.Close(fd)
 		}
 	}()
@@ -260,7 +263,8 @@ func (ip *initProc) serveProxy(r *run, fds []int) {
 	ip.proxy.Store(p)
 	for i, serve := range []func(net.Listener) error{p.ServeHTTPProxy, p.ServeSOCKS5} {
 		f := os.NewFile(uintptr(fds[i]), "egress")
-		l, err := net.FileListener(f)
+		owned = i + 1
+		l, err := net.FileListener(f) // a dup; f's own fd is closed next
 		f.Close()
 		if err != nil {
 			r.log.Error("egress listener", "err", err)

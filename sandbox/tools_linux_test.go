@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -158,5 +159,37 @@ print(c.recv(4).decode())`)
 	wantExit(t, rep, 0)
 	if !strings.Contains(rep.Stdout, "pong") {
 		t.Fatalf("stdout = %q, stderr = %q", rep.Stdout, rep.Stderr)
+	}
+}
+
+// TestEgressCurlAndSOCKSThroughSandbox: curl inside airlock run reaches a
+// granted host through the HTTP proxy and through SOCKS5 (the proxy
+// variables airlock sets), and a host that is not granted gets nothing.
+func TestEgressCurlAndSOCKSThroughSandbox(t *testing.T) {
+	requireSandbox(t)
+	airtest.RequireBinary(t, "/usr/bin/curl")
+	var allowedHits, deniedHits atomic.Int32
+	allowed := serve(t, &allowedHits, "hello via curl")
+	denied := serve(t, &deniedHits, "nope")
+	spec := policy.Spec{NetHosts: []string{allowed}, AllowedTools: []string{"curl"}}
+	script := fmt.Sprintf(`set -u
+curl -sS --max-time 10 http://%[1]s/ && echo
+curl -sS --max-time 10 --proxy "$ALL_PROXY" http://%[1]s/ && echo " (socks)"
+if curl -sS --max-time 10 -o /dev/null -w '%%{http_code}\n' http://%[2]s/; then :; fi
+if curl -sS --max-time 10 --proxy "$ALL_PROXY" http://%[2]s/; then echo "SOCKS DENIED HOST REACHED"; fi
+if curl -sS --max-time 5 --noproxy '*' http://%[1]s/; then echo "DIRECT WORKED"; fi
+exit 0`, allowed, denied)
+	rep := run(t, spec, "/bin/sh", "-c", script)
+	wantExit(t, rep, 0)
+	for _, want := range []string{"hello via curl\n", "hello via curl (socks)", "403"} {
+		if !strings.Contains(rep.Stdout, want) {
+			t.Fatalf("stdout lacks %q:\n%s\nstderr:\n%s", want, rep.Stdout, rep.Stderr)
+		}
+	}
+	if strings.Contains(rep.Stdout, "REACHED") || strings.Contains(rep.Stdout, "DIRECT WORKED") {
+		t.Fatalf("stdout:\n%s", rep.Stdout)
+	}
+	if deniedHits.Load() != 0 {
+		t.Fatalf("the denied server received %d connections", deniedHits.Load())
 	}
 }
