@@ -1,15 +1,23 @@
 package sandbox_test
 
 import (
+	"context"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // TestAttackToolAllowList tries every way to execute something that is not
@@ -191,5 +199,65 @@ exit 0`, allowed, denied)
 	}
 	if deniedHits.Load() != 0 {
 		t.Fatalf("the denied server received %d connections", deniedHits.Load())
+	}
+}
+
+// fakeResolver maps every name to one address.
+type fakeResolver struct{ addr netip.Addr }
+
+func (f fakeResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	return []netip.Addr{f.addr}, nil
+}
+
+// TestEgressTLSThroughSandbox: HTTPS from inside airlock run goes through
+// CONNECT with the SNI check; the granted name works end to end with TLS,
+// a name that is not granted is refused before any connection.
+func TestEgressTLSThroughSandbox(t *testing.T) {
+	requireSandbox(t)
+	var hits atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello over tls")) }))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			hits.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	port := portOf(srv.Listener.Addr().String())
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// httptest's certificate is for example.com; the fake resolver points it here.
+	p, err := policy.New(policy.Spec{FSRead: []string{dir}, NetHosts: []string{"example.com:" + port, "127.0.0.1:" + port},
+		Env: []string{"SSL_CERT_FILE=" + ca}, Budget: spec20s()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := fmt.Sprintf(`
+import urllib.request
+print(urllib.request.urlopen("https://example.com:%[1]s/", timeout=10).read().decode())
+try:
+    urllib.request.urlopen("https://example.org:%[1]s/", timeout=10).read()
+    print("DENIED NAME REACHED")
+except Exception as e:
+    print("denied:", e)`, port)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Resolver: fakeResolver{netip.MustParseAddr("127.0.0.1")}},
+		Args: []string{"/usr/bin/python3", "-c", code}, CommandIsGranted: true}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantExit(t, rep, 0)
+	if !strings.Contains(rep.Stdout, "hello over tls") || strings.Contains(rep.Stdout, "REACHED") {
+		t.Fatalf("stdout:\n%s\nstderr:\n%s", rep.Stdout, rep.Stderr)
+	}
+	if hits.Load() != 1 {
+		t.Fatalf("the TLS server saw %d connections, want exactly 1 (the granted request)", hits.Load())
 	}
 }
