@@ -77,6 +77,8 @@ func markdown(r *Results) string {
 		s := r.Session
 		p("`sandbox.NewSession` took %.1f ms. `Session.Exec` of `/usr/bin/true`, %d runs: median %.2f ms, p99 %.2f ms, min %.2f ms, %d failures.\n\n",
 			s.CreateMS, s.ExecMS.N, s.ExecMS.Median, s.ExecMS.P99, s.ExecMS.Min, s.Failures)
+		p("A cold sandbox per run from a warm Go process (`sandbox.Cmd.Run` of `/usr/bin/true`, what `airlock serve` and library users pay, without the CLI's own start-up), %d runs: median %.2f ms, p99 %.2f ms, min %.2f ms.\n\n",
+			s.LibraryMS.N, s.LibraryMS.Median, s.LibraryMS.P99, s.LibraryMS.Min)
 	}
 
 	if len(r.Memory) > 0 {

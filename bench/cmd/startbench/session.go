@@ -17,6 +17,10 @@ type SessionResult struct {
 	CreateMS float64 `json:"new_session_ms,omitempty"`
 	ExecMS   Summary `json:"exec_true_ms"`
 	Failures int     `json:"failures"`
+	// LibraryMS is a cold sandbox per run from a warm Go process
+	// (sandbox.Cmd.Run of /usr/bin/true): the cost the API server and
+	// library users pay, without the CLI's own start-up.
+	LibraryMS Summary `json:"library_cold_true_ms"`
 }
 
 // sessionBench opens one session whose policy allows /usr/bin/true and
@@ -56,5 +60,19 @@ func sessionBench(ctx context.Context, n int) SessionResult {
 		}
 	}
 	res.ExecMS = summarize(xs)
+	var lib []float64
+	for i := -3; i < n; i++ {
+		t := time.Now()
+		rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: []string{"/usr/bin/true"}}).Run(ctx)
+		d := time.Since(t)
+		if err != nil || rep.ExitCode != 0 {
+			res.Failures++
+			continue
+		}
+		if i >= 0 {
+			lib = append(lib, ms(d))
+		}
+	}
+	res.LibraryMS = summarize(lib)
 	return res
 }
