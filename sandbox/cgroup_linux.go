@@ -47,7 +47,7 @@ func newLimits(p *policy.Policy, sink audit.Sink) (*limits, error) {
 	}
 	for _, d := range []policy.Downgrade{policy.DowngradeMemory, policy.DowngradePids} {
 		if !p.AcceptsDowngrade(d) {
-			return nil, fmt.Errorf("cgroup limits for %s cannot be enforced here: %w (run as root, delegate a cgroup v2 subtree, or add %q to allow_downgrade)", d, err, d)
+			return nil, fmt.Errorf("cgroup limits for %s cannot be enforced here: %w; or add %q to allow_downgrade (--allow-downgrade %s) to run without them", d, err, d, d)
 		}
 	}
 	l.downgrades = []string{string(policy.DowngradeMemory), string(policy.DowngradePids)}
