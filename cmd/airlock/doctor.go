@@ -1,11 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/doctor"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 )
 
 const doctorSynopsis = `airlock doctor [--json]
@@ -32,17 +33,44 @@ func doctorWith(probes doctor.Probes, args []string, stdout, stderr io.Writer) i
 	}
 	rep := doctor.Run(probes)
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "airlock doctor: write report: %v\n", err)
+		if err := writeJSON(stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
 			return 2
 		}
 		return rep.ExitCode()
 	}
-	if err := rep.WriteText(stdout); err != nil {
-		fmt.Fprintf(stderr, "airlock doctor: write report: %v\n", err)
+	// Escaped field by field so the columns stay aligned, and the whole
+	// text once more for whatever a later field adds.
+	var text strings.Builder
+	if err := escapeDoctor(rep).WriteText(&text); err != nil {
+		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
+		return 2
+	}
+	if _, err := io.WriteString(stdout, termtext.Lines(text.String(), termtext.LineMax)); err != nil {
+		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
 		return 2
 	}
 	return rep.ExitCode()
+}
+
+// escapeDoctor returns a copy of rep whose texts are escaped for a
+// terminal: the probes quote what the host says (a kernel release, an
+// error naming a host path).
+func escapeDoctor(rep doctor.Report) *doctor.Report {
+	f := termtext.Field
+	out := rep
+	out.Checks = append([]doctor.Check(nil), rep.Checks...)
+	for i, c := range out.Checks {
+		out.Checks[i].Name, out.Checks[i].Detail, out.Checks[i].Consequence = f(c.Name), f(c.Detail), f(c.Consequence)
+	}
+	out.Layers = append([]doctor.Layer(nil), rep.Layers...)
+	for i, l := range out.Layers {
+		out.Layers[i].Name, out.Layers[i].Detail, out.Layers[i].Downgrade = f(l.Name), f(l.Detail), f(l.Downgrade)
+		out.Layers[i].Verdict = doctor.Verdict(f(string(l.Verdict)))
+	}
+	out.Refuses = make([]string, len(rep.Refuses))
+	for i, s := range rep.Refuses {
+		out.Refuses[i] = f(s)
+	}
+	return &out
 }

@@ -71,6 +71,14 @@ func TestDoctorExitStatus(t *testing.T) {
 			p.UserNS = func() error { return errors.New("clone: operation not permitted") }
 		}, []string{"--json"}, 1, `"enforceable": false`},
 		{"stray-argument", func(*doctor.Probes) {}, []string{"now"}, 2, ""},
+		// What the host says is printed escaped, text and JSON alike.
+		{"hostile-host-text", func(p *doctor.Probes) {
+			p.Kernel = func() (string, error) { return "6.18\x1b]0;pwned\x07\u202e", nil }
+			p.Landlock = func() (int, error) { return 0, errors.New("landlock: \x1b[2K\rforged\u009b") }
+		}, nil, 1, `Linux 6.18\x1b]0;pwned\x07\u202e`},
+		{"hostile-host-json", func(p *doctor.Probes) {
+			p.Kernel = func() (string, error) { return "6.18\x1b]0;pwned\x07\u202e\u009b", nil }
+		}, []string{"--json"}, 0, `"detail": "Linux 6.18\u001b]0;pwned\u0007\u202e\u009b"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +92,7 @@ func TestDoctorExitStatus(t *testing.T) {
 			if !strings.Contains(stdout.String(), tt.wantOut) {
 				t.Errorf("airlock doctor %q: output lacks %q:\n%s", tt.args, tt.wantOut, stdout.String())
 			}
+			checkNoControls(t, stdout.String())
 		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -58,10 +58,10 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	meter := budget.NewMeter(p.Budget(), nil)
 	ctx, cancel := context.WithDeadline(ctx, meter.Deadline())
 	defer cancel()
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	px, err := egress.New(egress.Config{Policy: p, Meter: meter, Audit: audit.NewJSONL(stdout), Logger: logger})
+	// Every target in the JSON lines is one a sandbox asked for.
+	px, err := egress.New(egress.Config{Policy: p, Meter: meter, Audit: audit.NewJSONL(termtext.NewJSONWriter(stdout)), Logger: newLogger(stderr)})
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock egress-proxy: %v\n", err)
+		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", errText(err))
 		return 1
 	}
 	defer px.Close()
@@ -73,7 +73,7 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	for addr, fn := range serve {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			fmt.Fprintf(stderr, "airlock egress-proxy: listen %s: %v\n", addr, err)
+			fmt.Fprintf(stderr, "airlock egress-proxy: listen %s: %s\n", termtext.Field(addr), errText(err))
 			return 1
 		}
 		fmt.Fprintf(stderr, "airlock egress-proxy: listening on %s\n", l.Addr())
@@ -86,7 +86,7 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	case err := <-errs:
-		fmt.Fprintf(stderr, "airlock egress-proxy: %v\n", err)
+		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", errText(err))
 		return 1
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -26,7 +28,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	p, err := pf.build()
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock explain: %v\n", err)
+		fmt.Fprintf(stderr, "airlock explain: %s\n", errText(err))
 		return 1
 	}
 	argv := fs.Args()
@@ -36,10 +38,44 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: pf.cwd, CommandIsGranted: true}
 	pl, err := cmd.Plan()
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock explain: %v\n", err)
+		fmt.Fprintf(stderr, "airlock explain: %s\n", errText(err))
 		return 1
 	}
-	fmt.Fprintf(stdout, "policy:   %s\n", p.Summary())
-	fmt.Fprint(stdout, pl.String())
+	fmt.Fprintf(stdout, "policy:   %s\n", termtext.Escape(p.Summary(), termtext.LineMax))
+	// Escaped field by field, so that a newline in a value cannot start a
+	// line of its own, and the whole text once more for what a later field
+	// of the plan adds.
+	fmt.Fprint(stdout, termtext.Lines(escapePlan(pl).String(), termtext.LineMax))
 	return 0
+}
+
+// escapePlan returns a copy of pl whose printed strings are escaped for a
+// terminal: the plan quotes host paths and link texts, the tool paths
+// found on the host, and the values of the host's environment variables
+// that the policy passes.
+func escapePlan(pl *plan.Plan) *plan.Plan {
+	f := termtext.Field
+	each := func(s []string) []string {
+		out := make([]string, len(s))
+		for i, v := range s {
+			out[i] = f(v)
+		}
+		return out
+	}
+	out := *pl
+	out.Argv, out.Env, out.NetHosts, out.Tools = each(pl.Argv), each(pl.Env), each(pl.NetHosts), each(pl.Tools)
+	out.Cwd, out.Hostname = f(pl.Cwd), f(pl.Hostname)
+	out.Mounts = append([]plan.Mount(nil), pl.Mounts...)
+	for i, m := range out.Mounts {
+		out.Mounts[i].Source, out.Mounts[i].Target = f(m.Source), f(m.Target)
+	}
+	out.Rules = append([]plan.Rule(nil), pl.Rules...)
+	for i, r := range out.Rules {
+		out.Rules[i].Path = f(r.Path)
+	}
+	out.Rlimits = append([]plan.Rlimit(nil), pl.Rlimits...)
+	for i, r := range out.Rlimits {
+		out.Rlimits[i].Resource, out.Rlimits[i].Why = f(r.Resource), f(r.Why)
+	}
+	return &out
 }

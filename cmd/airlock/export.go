@@ -51,7 +51,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fail := func(err error) int {
-		fmt.Fprintf(stderr, "airlock export %s: %v\n", target, err)
+		fmt.Fprintf(stderr, "airlock export %s: %s\n", target, errText(err))
 		return 1
 	}
 	if *out == "" {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/mcp"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -50,7 +50,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", escapeArgs(a)...)
 		return 125
 	}
 	if fs.NArg() > 0 {
@@ -60,7 +60,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger := newLogger(stderr)
 	var sink audit.Sink = audit.Discard
 	if *auditFile != "" {
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -68,7 +68,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 			return fail("--audit: %v", err)
 		}
 		defer f.Close()
-		sink = audit.NewJSONL(f)
+		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
 	cfg := mcp.Config{Policy: p, Dir: pf.cwd, MaxSessions: *maxSessions, Version: version, Logger: logger, Audit: sink,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {

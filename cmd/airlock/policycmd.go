@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -31,12 +32,12 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	file := args[1]
 	data, err := os.ReadFile(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", file, err)
+		fmt.Fprintf(stderr, "%s: %s\n", termtext.Field(file), errText(err))
 		return 1
 	}
 	abs, err := filepath.Abs(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", file, err)
+		fmt.Fprintf(stderr, "%s: %s\n", termtext.Field(file), errText(err))
 		return 1
 	}
 	p, err := policy.Parse(data, policy.ParseOptions{File: file, BaseDir: filepath.Dir(abs)})
@@ -44,11 +45,12 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 		printErrors(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: %s\n", file, p.Summary())
+	fmt.Fprintf(stdout, "%s: %s\n", termtext.Field(file), termtext.Escape(p.Summary(), termtext.LineMax))
 	return 0
 }
 
-// printErrors prints each joined error on its own line.
+// printErrors prints each joined error on its own line, escaped: a
+// message may quote the file's name or its content.
 func printErrors(w io.Writer, err error) {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range j.Unwrap() {
@@ -58,8 +60,8 @@ func printErrors(w io.Writer, err error) {
 	}
 	var pe *policy.ParseError
 	if errors.As(err, &pe) {
-		fmt.Fprintln(w, pe.Error())
+		fmt.Fprintln(w, termtext.Escape(pe.Error(), termtext.LineMax))
 		return
 	}
-	fmt.Fprintln(w, err.Error())
+	fmt.Fprintln(w, errText(err))
 }

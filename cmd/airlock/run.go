@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -44,7 +44,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	p, err := pf.build()
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock run: %v\nnothing was started\n", err)
+		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", errText(err))
 		return 125
 	}
 	var rec audit.Recorder
@@ -54,11 +54,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// The log holds host paths and hosts the command tried: keep it private.
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 		if err != nil {
-			fmt.Fprintf(stderr, "airlock run: --audit: %v\nnothing was started\n", err)
+			fmt.Fprintf(stderr, "airlock run: --audit: %s\nnothing was started\n", errText(err))
 			return 125
 		}
 		defer f.Close()
-		jsonl = audit.NewJSONL(f)
+		jsonl = audit.NewJSONL(termtext.NewJSONWriter(f)) // an operator may cat it on a terminal
 		sinks = append(sinks, jsonl)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -70,21 +70,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	rep, err := cmd.Run(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock run: %v\n", err)
+		fmt.Fprintf(stderr, "airlock run: %s\n", errText(err))
 		return 125
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "airlock run: write report: %v\n", err)
+		if err := writeJSON(stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "airlock run: write report: %s\n", errText(err))
 			return 125
 		}
 	} else {
 		summary{rep: rep, halt: haltEvent(rec.Events()), color: colorFor(stderr, os.Getenv)}.write(stderr)
 	}
 	if jsonl != nil && jsonl.Err() != nil {
-		fmt.Fprintf(stderr, "airlock run: --audit %s: %v: the audit log is incomplete\n", *auditFile, jsonl.Err())
+		fmt.Fprintf(stderr, "airlock run: --audit %s: %s: the audit log is incomplete\n", termtext.Field(*auditFile), errText(jsonl.Err()))
 	}
 	return rep.ExitCode
 }

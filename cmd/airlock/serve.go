@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server"
@@ -55,7 +55,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "airlock serve: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "airlock serve: "+format+"\n", escapeArgs(a)...)
 		return 1
 	}
 	if fs.NArg() > 0 {
@@ -87,7 +87,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := newLogger(stderr)
 	var sink audit.Sink
 	if *auditFile != "" {
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -95,7 +95,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 			return fail("--audit: %v", err)
 		}
 		defer f.Close()
-		sink = audit.NewJSONL(f)
+		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
 	srv, err := server.New(server.Config{
 		NewSession:     serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit}),

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -18,9 +19,17 @@ const (
 	sgrReset  = "\x1b[0m"
 )
 
+// maxSummaryDenials bounds the denial lines of one summary: the sandbox
+// decides how many operations it tries, and the terminal is the
+// operator's. The report (--json) and the audit log keep them all.
+const maxSummaryDenials = 100
+
 // summary is what `airlock run` without --json prints on stderr after the
 // command's own output: one line per denial with its suggestion, the halt
-// and its reason, accepted downgrades, and airlock's own error.
+// and its reason, accepted downgrades, and airlock's own error. Every
+// field in it is escaped and bounded with termtext.Field: targets, names
+// and messages come from the sandbox (a host name it asked the proxy for,
+// a file it made) and must not steer the operator's terminal.
 type summary struct {
 	rep   *sandbox.Report
 	halt  *audit.Event // the Halt event, for its message; nil when none was seen
@@ -35,21 +44,26 @@ func (s summary) write(w io.Writer) {
 		}
 		return sgr + text + sgrReset
 	}
+	f := termtext.Field
 	rep := s.rep
-	for _, d := range rep.Denials {
-		line := fmt.Sprintf("airlock: %s %s %s (%s): %s", paint(sgrRed, "denied"), d.Op, d.Target, d.Rule, d.Message)
+	for i, d := range rep.Denials {
+		if i == maxSummaryDenials {
+			fmt.Fprintf(w, "airlock: %d more denials not shown: --json or --audit FILE lists every one\n", len(rep.Denials)-i)
+			break
+		}
+		line := fmt.Sprintf("airlock: %s %s %s (%s): %s", paint(sgrRed, "denied"), f(d.Op), f(d.Target), f(d.Rule), f(d.Message))
 		if d.Suggestion != "" {
-			line += "; to allow it: " + paint(sgrCyan, d.Suggestion)
+			line += "; to allow it: " + paint(sgrCyan, f(d.Suggestion))
 		}
 		fmt.Fprintln(w, line)
 	}
 	if rep.HaltedBy != nil {
-		line := fmt.Sprintf("airlock: %s by %s after %d ms (exit 124)", paint(sgrYellow, "halted"), *rep.HaltedBy, rep.DurationMS)
+		line := fmt.Sprintf("airlock: %s by %s after %d ms (exit 124)", paint(sgrYellow, "halted"), f(*rep.HaltedBy), rep.DurationMS)
 		if s.halt != nil && s.halt.Message != "" {
-			line += ": " + s.halt.Message
+			line += ": " + f(s.halt.Message)
 		}
 		if s.halt != nil && s.halt.Suggestion != "" {
-			line += "; " + paint(sgrCyan, s.halt.Suggestion)
+			line += "; " + paint(sgrCyan, f(s.halt.Suggestion))
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -58,10 +72,10 @@ func (s summary) write(w io.Writer) {
 	}
 	if len(rep.Enforcement.Downgrades) > 0 {
 		fmt.Fprintf(w, "airlock: %s: ran without %s, as allow_downgrade accepts\n",
-			paint(sgrYellow, "downgraded"), strings.Join(rep.Enforcement.Downgrades, ", "))
+			paint(sgrYellow, "downgraded"), f(strings.Join(rep.Enforcement.Downgrades, ", ")))
 	}
 	if rep.Error != "" {
-		fmt.Fprintf(w, "airlock: %s: %s (exit %d)\n", paint(sgrRed, "error"), rep.Error, rep.ExitCode)
+		fmt.Fprintf(w, "airlock: %s: %s (exit %d)\n", paint(sgrRed, "error"), f(rep.Error), rep.ExitCode)
 	}
 }
 

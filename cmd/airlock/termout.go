@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/internal/termtext"
+)
+
+// What airlock prints for a person goes through here or through
+// internal/termtext directly: the paths, hosts, names and messages in it
+// come from the sandbox, a policy file, an API client or the host, and
+// none of them may steer the terminal (see termtext).
+
+// errText is err's message for a terminal, escaped and bounded: one line
+// per error of a joined error (errors.Join, as policy.Parse and the flags
+// return them), and a newline inside one message escaped like any other
+// control, so that no line can start with text a message quotes.
+func errText(err error) string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var lines []string
+		for _, e := range j.Unwrap() {
+			lines = append(lines, errText(e))
+		}
+		return strings.Join(lines, "\n")
+	}
+	return termtext.Escape(err.Error(), termtext.LineMax)
+}
+
+// escapeArgs returns a copy of the arguments of a message about to be
+// printed with a format airlock wrote: errors through errText, strings
+// through termtext.Field, other values unchanged.
+func escapeArgs(a []any) []any {
+	out := make([]any, len(a))
+	for i, v := range a {
+		switch v := v.(type) {
+		case error:
+			out[i] = errText(v)
+		case string:
+			out[i] = termtext.Field(v)
+		default:
+			out[i] = v
+		}
+	}
+	return out
+}
+
+// writeJSON writes v as indented JSON followed by a newline, as
+// json.Encoder does, with the C1 controls, DEL, bidi and other invisible
+// characters that encoding/json leaves raw written as \u escapes: still
+// valid JSON with the same value, but inert on a terminal.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(termtext.NewJSONWriter(w))
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// newLogger is the logger of serve, mcp and egress-proxy: text lines on w
+// at level Info. slog's TextHandler quotes every key, value and message
+// that holds a space, a quote, '=', a control, a format character or
+// invalid UTF-8, with strconv.Quote's escapes (TestLoggerEscapes proves
+// it); boundAttr adds the length bound it lacks, since an API client or
+// the sandbox chooses many of the strings logged (a request path, a file
+// name, a target).
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: boundAttr}))
+}
+
+// boundAttr cuts a string value, the message included, to
+// termtext.FieldMax bytes with a marker; any other value that prints as
+// text (an error, a Stringer, a TextMarshaler) is turned into its text
+// first, as TextHandler would print it, and cut the same way.
+func boundAttr(_ []string, a slog.Attr) slog.Attr {
+	var s string
+	switch a.Value.Kind() {
+	case slog.KindString:
+		s = a.Value.String()
+	case slog.KindAny:
+		switch v := a.Value.Any().(type) {
+		case error:
+			s = v.Error()
+		case encoding.TextMarshaler:
+			b, err := v.MarshalText()
+			if err != nil {
+				return a // TextHandler prints the error in place of the value
+			}
+			s = string(b)
+		case fmt.Stringer:
+			s = v.String()
+		case []byte:
+			s = string(v)
+		default:
+			s = fmt.Sprintf("%+v", v)
+		}
+	default:
+		return a // numbers, bools, times, durations: bounded by their type
+	}
+	a.Value = slog.StringValue(termtext.Truncate(s, termtext.FieldMax))
+	return a
+}
