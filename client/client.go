@@ -103,6 +103,7 @@ type Usage struct {
 	MaxMemoryBytes int64 `json:"max_memory_bytes"`
 	Ops            int64 `json:"ops"`
 	OutputBytes    int64 `json:"output_bytes"`
+	WriteBytes     int64 `json:"write_bytes"` // added to fs_write grants (max_write)
 }
 
 // Enforcement says which layers held during an exec.
@@ -129,6 +130,7 @@ type Report struct {
 	Denials         []Denial    `json:"denials"`
 	Error           string      `json:"error,omitempty"`
 	Enforcement     Enforcement `json:"enforcement"`
+	Writes          *Writes     `json:"writes,omitempty"`
 }
 
 // SessionInfo describes a live session.
@@ -277,4 +279,26 @@ func (c *Client) doJSON(ctx context.Context, method, p string, in, out any) erro
 		return fmt.Errorf("client: %s %s: decode answer: %w", method, p, err)
 	}
 	return nil
+}
+
+// Writes is what the copy back of a run's staged fs_write grants did.
+type Writes struct {
+	Complete     bool         `json:"complete"`
+	Files        int          `json:"files"`
+	Bytes        int64        `json:"bytes"`
+	Dirs         int          `json:"dirs"`
+	Symlinks     int          `json:"symlinks"`
+	Removed      int          `json:"removed"`
+	ModesDropped int          `json:"modes_dropped,omitempty"`
+	Refused      []WriteEntry `json:"refused,omitempty"`
+	RefusedTotal int          `json:"refused_total,omitempty"`
+	Failed       []WriteEntry `json:"failed,omitempty"`
+	FailedTotal  int          `json:"failed_total,omitempty"`
+	Moved        []string     `json:"moved,omitempty"`
+}
+
+// WriteEntry is one path the copy back refused or failed on.
+type WriteEntry struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }

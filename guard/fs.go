@@ -32,7 +32,7 @@ func (r *refusal) Error() string { return r.reason }
 // halts the meter and returns the *budget.ExhaustedError with no data.
 func (g *Guard) Read(path string) ([]byte, error) {
 	var data []byte
-	err := g.fsOp("read", policy.FSRead, path, func(root, rel string) error {
+	err := g.fsOp("read", policy.FSRead, path, func(root heldRoot, rel string) error {
 		var err error
 		data, err = g.readAt(root, rel)
 		return err
@@ -48,7 +48,7 @@ func (g *Guard) Read(path string) ([]byte, error) {
 // grant root are created with mode 0755. It never writes through a symlink
 // and refuses files with more than one hard link.
 func (g *Guard) Write(path string, data []byte) error {
-	return g.fsOp("write", policy.FSWrite, path, func(root, rel string) error {
+	return g.fsOp("write", policy.FSWrite, path, func(root heldRoot, rel string) error {
 		return writeAt(root, rel, data)
 	})
 }
@@ -57,7 +57,7 @@ func (g *Guard) Write(path string, data []byte) error {
 // sorted by name. The entry names count against max_output_bytes.
 func (g *Guard) List(dir string) ([]Entry, error) {
 	var entries []Entry
-	err := g.fsOp("list", policy.FSRead, dir, func(root, rel string) error {
+	err := g.fsOp("list", policy.FSRead, dir, func(root heldRoot, rel string) error {
 		var err error
 		entries, err = g.listAt(root, rel)
 		return err
@@ -77,10 +77,15 @@ func (g *Guard) Remove(path string) error {
 // fsOp runs the budget, the grant check and then do for the most specific
 // grant root containing path, falling back to shorter roots only when the
 // kernel says the path escapes the longer one.
-func (g *Guard) fsOp(op string, c policy.Capability, path string, do func(root, rel string) error) error {
+func (g *Guard) fsOp(op string, c policy.Capability, path string, do func(root heldRoot, rel string) error) error {
 	if err := g.charge(op, path); err != nil {
 		return err
 	}
+	done, err := g.begin()
+	if err != nil {
+		return err
+	}
+	defer done()
 	canon, err := pathspec.Abs(g.cwd, path)
 	if err != nil {
 		return g.deny(audit.LayerFS, &policy.DenyError{Cap: c, Op: op, Subject: path, Reason: err.Error()}, "give an absolute path or a path relative to the working directory")
@@ -106,7 +111,11 @@ func (g *Guard) fsOp(op string, c policy.Capability, path string, do func(root, 
 			continue
 		}
 		ran, ref = true, nil
-		err = do(root, relTo(root, canon))
+		held, ok := g.roots[root]
+		if !ok {
+			return errors.New("airlock bug: guard: grant " + root + " has no root fd")
+		}
+		err = g.as(func() error { return do(held, relTo(root, canon)) })
 		if !errors.As(err, &ref) || !ref.escaped {
 			break
 		}
@@ -143,4 +152,18 @@ func relTo(root, canon string) string {
 		return canon[1:]
 	}
 	return canon[len(root)+1:]
+}
+
+// errClosed is returned by operations on a closed guard.
+var errClosed = errors.New("guard: closed: the session has ended")
+
+// begin registers an operation so that Close waits for it; done ends it.
+func (g *Guard) begin() (done func(), err error) {
+	g.closeMu.Lock()
+	defer g.closeMu.Unlock()
+	if g.closed {
+		return nil, errClosed
+	}
+	g.opsWG.Add(1)
+	return g.opsWG.Done, nil
 }

@@ -21,18 +21,74 @@ const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
 // than fstat said (it grew, or its filesystem reports no size).
 const readChunk = 32 << 10
 
-// openRoot opens a grant root as an O_PATH directory fd. The root comes from
-// the operator's policy, so a symlink in the root's own path is followed.
-func openRoot(root string) (int, error) {
+// heldRoot is the open fd of one grant root.
+type heldRoot struct {
+	path string // the grant, canonical
+	fd   int    // O_PATH fd of its root
+	file bool   // the grant is a single file, not a folder
+}
+
+// holdRoots returns an fd for every grant: a dup of the caller's (the
+// sandbox's view of it) when given is not nil, else the host path opened
+// without following any symlink, so a symlink planted in a path that leads
+// to a grant (in a folder the sandbox could write) is refused, not followed.
+func holdRoots(grants []string, given map[string]int) (map[string]heldRoot, error) {
+	held := make(map[string]heldRoot, len(grants))
+	for _, g := range grants {
+		var fd int
+		var err error
+		if gfd, ok := given[g]; ok {
+			fd, err = unix.FcntlInt(uintptr(gfd), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				err = fmt.Errorf("grant root %s: dup: %w", g, err)
+			}
+		} else if given != nil {
+			err = fmt.Errorf("airlock bug: no root fd was given for grant %s", g)
+		} else {
+			fd, err = unix.Openat2(unix.AT_FDCWD, g, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS})
+			if errors.Is(err, unix.ELOOP) {
+				err = fmt.Errorf("grant root %s: a component is a symlink: grant the real path", g)
+			} else if err != nil {
+				err = fmt.Errorf("open grant root %s: %w", g, err)
+			}
+		}
+		if err != nil {
+			releaseRoots(held)
+			return nil, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			releaseRoots(held)
+			return nil, fmt.Errorf("grant root %s: fstat: %w", g, err)
+		}
+		typ := st.Mode & unix.S_IFMT
+		if typ != unix.S_IFDIR && typ != unix.S_IFREG {
+			unix.Close(fd)
+			releaseRoots(held)
+			return nil, fmt.Errorf("grant root %s is neither a folder nor a regular file", g)
+		}
+		held[g] = heldRoot{path: g, fd: fd, file: typ == unix.S_IFREG}
+	}
+	return held, nil
+}
+
+func releaseRoots(held map[string]heldRoot) {
+	for _, h := range held {
+		unix.Close(h.fd)
+	}
+}
+
+// reopen opens the file a single-file grant's O_PATH fd refers to, through
+// its /proc/self/fd magic link: that link names the inode, not a path, so
+// nothing can be swapped in between.
+func (h heldRoot) reopen(flags int) (int, error) {
 	for {
-		fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(h.fd), flags|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil {
-			return -1, fmt.Errorf("open grant root %s: %w", root, err)
-		}
-		return fd, nil
+		return fd, err
 	}
 }
 
@@ -107,12 +163,11 @@ func checkFile(st *unix.Stat_t) error {
 // readAt reads root/rel. The file is first opened O_PATH and checked, so a
 // fifo or device is never opened for reading; the second open must yield the
 // same inode, or the file was swapped in between.
-func (g *Guard) readAt(root, rel string) ([]byte, error) {
-	rfd, err := openRoot(root)
-	if err != nil {
-		return nil, err
+func (g *Guard) readAt(root heldRoot, rel string) ([]byte, error) {
+	if root.file {
+		return g.readFileRoot(root, rel)
 	}
-	defer unix.Close(rfd)
+	rfd := root.fd
 	pfd, err := openBeneath(rfd, rel, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
@@ -140,6 +195,33 @@ func (g *Guard) readAt(root, rel string) ([]byte, error) {
 	}
 	if err := checkFile(&st); err != nil {
 		return nil, err
+	}
+	return g.readBounded(fd, st.Size)
+}
+
+// readFileRoot reads a single-file grant.
+func (g *Guard) readFileRoot(root heldRoot, rel string) ([]byte, error) {
+	if rel != "." {
+		return nil, unix.ENOTDIR
+	}
+	var pst unix.Stat_t
+	if err := unix.Fstat(root.fd, &pst); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if err := checkFile(&pst); err != nil {
+		return nil, err
+	}
+	fd, err := root.reopen(unix.O_RDONLY)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat: %w", err)
+	}
+	if st.Dev != pst.Dev || st.Ino != pst.Ino {
+		return nil, errors.New("airlock bug: a grant's fd reopened to another file")
 	}
 	return g.readBounded(fd, st.Size)
 }
@@ -182,15 +264,14 @@ func (g *Guard) readBounded(fd int, size int64) ([]byte, error) {
 // writeAt writes data to root/rel. The open does not truncate: the file is
 // checked first (regular, one link), so a hard link to a file outside the
 // grant is refused before any of its bytes are lost.
-func writeAt(root, rel string, data []byte) error {
+func writeAt(root heldRoot, rel string, data []byte) error {
+	if root.file {
+		return writeFileRoot(root, rel, data)
+	}
 	if rel == "." {
 		return unix.EISDIR
 	}
-	rfd, err := openRoot(root)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(rfd)
+	rfd := root.fd
 	dir, base := splitRel(rel)
 	pfd, err := mkdirBeneath(rfd, dir)
 	if err != nil {
@@ -226,6 +307,30 @@ func writeAt(root, rel string, data []byte) error {
 		unix.Close(fd)
 		return err
 	}
+	return truncateWrite(fd, data)
+}
+
+// writeFileRoot writes a single-file grant in place.
+func writeFileRoot(root heldRoot, rel string, data []byte) error {
+	if rel != "." {
+		return unix.ENOTDIR
+	}
+	var pst unix.Stat_t
+	if err := unix.Fstat(root.fd, &pst); err != nil {
+		return fmt.Errorf("fstat: %w", err)
+	}
+	if err := checkFile(&pst); err != nil {
+		return err
+	}
+	fd, err := root.reopen(unix.O_WRONLY)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	return truncateWrite(fd, data)
+}
+
+// truncateWrite empties fd, writes data and closes fd.
+func truncateWrite(fd int, data []byte) error {
 	if err := unix.Ftruncate(fd, 0); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("truncate: %w", err)
@@ -286,15 +391,14 @@ func mkdirBeneath(rfd int, dir string) (int, error) {
 
 // removeAt unlinks root/rel. unlinkat(2) never follows the final component,
 // so removing a symlink removes the link, not its target.
-func removeAt(root, rel string) error {
+func removeAt(root heldRoot, rel string) error {
 	if rel == "." {
 		return errors.New("is a grant root: remove the entries beneath it instead")
 	}
-	rfd, err := openRoot(root)
-	if err != nil {
-		return err
+	if root.file {
+		return unix.ENOTDIR
 	}
-	defer unix.Close(rfd)
+	rfd := root.fd
 	dir, base := splitRel(rel)
 	pfd, err := openBeneath(rfd, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
@@ -310,13 +414,11 @@ func removeAt(root, rel string) error {
 
 // listAt lists root/rel. O_DIRECTORY makes the open fail before a device or
 // fifo could be opened.
-func (g *Guard) listAt(root, rel string) ([]Entry, error) {
-	rfd, err := openRoot(root)
-	if err != nil {
-		return nil, err
+func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) {
+	if root.file {
+		return nil, unix.ENOTDIR
 	}
-	defer unix.Close(rfd)
-	fd, err := openBeneath(rfd, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := openBeneath(root.fd, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}

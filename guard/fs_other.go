@@ -12,7 +12,20 @@ import (
 // check alone would let a symlink escape.
 var errNoFS = fmt.Errorf("file access needs linux openat2 to confine paths to their grant: %w", errors.ErrUnsupported)
 
-func (g *Guard) readAt(root, rel string) ([]byte, error)  { return nil, errNoFS }
-func writeAt(root, rel string, data []byte) error         { return errNoFS }
-func removeAt(root, rel string) error                     { return errNoFS }
-func (g *Guard) listAt(root, rel string) ([]Entry, error) { return nil, errNoFS }
+// heldRoot is a grant root; elsewhere than Linux none is ever opened.
+type heldRoot struct{}
+
+func holdRoots(grants []string, given map[string]int) (map[string]heldRoot, error) {
+	held := make(map[string]heldRoot, len(grants))
+	for _, g := range grants {
+		held[g] = heldRoot{}
+	}
+	return held, nil
+}
+
+func releaseRoots(map[string]heldRoot) {}
+
+func (g *Guard) readAt(root heldRoot, rel string) ([]byte, error)  { return nil, errNoFS }
+func writeAt(root heldRoot, rel string, data []byte) error         { return errNoFS }
+func removeAt(root heldRoot, rel string) error                     { return errNoFS }
+func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) { return nil, errNoFS }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/airlock-sandbox/airlock/audit"
@@ -47,6 +48,23 @@ type Config struct {
 
 	// Cwd is the absolute base for relative paths. "" means "/".
 	Cwd string
+
+	// Roots are open fds of grant roots, by canonical grant path (fs_read
+	// and fs_write). Every file operation resolves beneath the root fd of
+	// its grant, so what a grant means is fixed when the fd is opened: a
+	// renamed or replaced ancestor, or a symlink planted above the grant,
+	// changes nothing. Sessions pass the roots as the sandbox sees them.
+	// New duplicates them (the caller keeps its own), and fails when a
+	// grant is missing. Nil Roots makes New open every grant from its host
+	// path without following any symlink (and fail if that cannot be
+	// done). Close releases them.
+	Roots map[string]int
+
+	// As runs each filesystem operation, for example with the sandbox's
+	// file system identity, so that files the guard creates belong to the
+	// sandbox and the supervisor's privileges do not apply. Nil runs them
+	// as the calling process.
+	As func(op func() error) error
 }
 
 // ToolFunc implements one tool for CallTool.
@@ -75,10 +93,16 @@ type Guard struct {
 	transport  http.RoundTripper
 	tools      map[string]ToolFunc
 	cwd        string
-	readRoots  []string // fs_read and fs_write grants, longest first
-	writeRoots []string // fs_write grants, longest first
+	readRoots  []string            // fs_read and fs_write grants, longest first
+	writeRoots []string            // fs_write grants, longest first
+	roots      map[string]heldRoot // by grant path; released by Close
+	as         func(op func() error) error
 
 	haltReported atomic.Bool // whether the Halt event has been emitted
+
+	closeMu sync.Mutex
+	closed  bool           // guarded by closeMu
+	opsWG   sync.WaitGroup // operations in flight, waited for by Close
 }
 
 // errUnconfigured is returned by every method of a Guard not made by New.
@@ -125,7 +149,33 @@ func New(cfg Config) (*Guard, error) {
 	}
 	g.writeRoots = longestFirst(cfg.Policy.FSWrite())
 	g.readRoots = longestFirst(append(cfg.Policy.FSRead(), cfg.Policy.FSWrite()...))
+	g.as = cfg.As
+	if g.as == nil {
+		g.as = func(op func() error) error { return op() }
+	}
+	roots, err := holdRoots(g.readRoots, cfg.Roots)
+	if err != nil {
+		return nil, fmt.Errorf("guard: new: %w", err)
+	}
+	g.roots = roots
 	return g, nil
+}
+
+// Close releases the guard's root fds; later operations fail. It is
+// idempotent.
+func (g *Guard) Close() error {
+	if g == nil {
+		return nil
+	}
+	g.closeMu.Lock()
+	defer g.closeMu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	g.opsWG.Wait()
+	releaseRoots(g.roots)
+	return nil
 }
 
 // longestFirst sorts roots so the most specific grant is tried first.

@@ -128,6 +128,11 @@ func TestListTools(t *testing.T) {
 func TestSessionInfoReflectsPolicy(t *testing.T) {
 	dir := t.TempDir()
 	ro, rw := filepath.Join(dir, "data"), filepath.Join(dir, "out")
+	for _, d := range []string{ro, rw} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := mustPolicy(t, policy.Spec{
 		FSRead: []string{ro}, FSWrite: []string{rw}, NetHosts: []string{"pypi.org:443"},
 		AllowedTools: []string{"python3", "sh"}, Env: []string{"TOKEN=secret", "LANG"},

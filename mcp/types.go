@@ -27,6 +27,7 @@ type Report struct {
 	Denials         []Denial    `json:"denials" jsonschema:"operations refused during the run, each naming the grant that would allow it"`
 	Error           string      `json:"error,omitempty" jsonschema:"why nothing ran (exit codes 125, 126, 127)"`
 	Enforcement     Enforcement `json:"enforcement"`
+	Writes          *Writes     `json:"writes,omitempty" jsonschema:"what the copy back of fs_write grants did when the run ended: refused (protected) and failed paths are listed"`
 }
 
 // Usage is what a run or session consumed.
@@ -35,6 +36,7 @@ type Usage struct {
 	MaxMemoryBytes int64 `json:"max_memory_bytes"`
 	Ops            int64 `json:"ops"`
 	OutputBytes    int64 `json:"output_bytes"`
+	WriteBytes     int64 `json:"write_bytes"` // added to fs_write grants (max_write)
 }
 
 // Denial is a refused operation, naming the grant that would allow it.
@@ -151,6 +153,7 @@ type BudgetInfo struct {
 	MaxCPU         string `json:"max_cpu"`
 	MaxPids        int64  `json:"max_pids"`
 	MaxScratch     string `json:"max_scratch" jsonschema:"size of /tmp"`
+	MaxWrite       string `json:"max_write" jsonschema:"bytes the session may add to its fs_write grants; they reach the host when the session ends"`
 }
 
 // UsageInfo is what a session has used so far.
@@ -162,4 +165,26 @@ type UsageInfo struct {
 	Execs       int     `json:"execs"`
 	SecondsLeft float64 `json:"seconds_left"`
 	HaltedBy    string  `json:"halted_by,omitempty" jsonschema:"the budget that ended the session, if any"`
+}
+
+// Writes is what the copy back of a run's staged fs_write grants did.
+type Writes struct {
+	Complete     bool         `json:"complete"`
+	Files        int          `json:"files"`
+	Bytes        int64        `json:"bytes"`
+	Dirs         int          `json:"dirs"`
+	Symlinks     int          `json:"symlinks"`
+	Removed      int          `json:"removed"`
+	ModesDropped int          `json:"modes_dropped,omitempty"`
+	Refused      []WriteEntry `json:"refused,omitempty"`
+	RefusedTotal int          `json:"refused_total,omitempty"`
+	Failed       []WriteEntry `json:"failed,omitempty"`
+	FailedTotal  int          `json:"failed_total,omitempty"`
+	Moved        []string     `json:"moved,omitempty"`
+}
+
+// WriteEntry is one path the copy back refused or failed on.
+type WriteEntry struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }

@@ -45,6 +45,9 @@ type DenyError struct {
 	Op      string     // what was attempted: "read", "write", "list", "connect", "exec"
 	Subject string     // canonical path, host:port, or tool name
 	Reason  string     // optional detail, e.g. "resolves to a private address"
+	// Protected marks a write refused because the path is on the
+	// protected list: widening fs_write would not allow it.
+	Protected bool
 }
 
 func (e *DenyError) Error() string {

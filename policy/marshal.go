@@ -16,6 +16,9 @@ type fileJSON struct {
 	Version        int        `json:"version"`
 	FSRead         []string   `json:"fs_read,omitempty"`
 	FSWrite        []string   `json:"fs_write,omitempty"`
+	FSDeny         []string   `json:"fs_deny,omitempty"`
+	FSProtect      []string   `json:"fs_protect,omitempty"`
+	FSUnprotect    []string   `json:"fs_unprotect,omitempty"`
 	NetHosts       []string   `json:"net_hosts,omitempty"`
 	AllowedTools   []string   `json:"allowed_tools,omitempty"`
 	Env            []string   `json:"env,omitempty"`
@@ -32,6 +35,7 @@ type budgetJSON struct {
 	MaxCPU         string `json:"max_cpu"`
 	MaxPids        int64  `json:"max_pids"`
 	MaxScratch     string `json:"max_scratch"`
+	MaxWrite       string `json:"max_write"`
 }
 
 // MarshalJSON returns p as a canonical policy file in JSON: absolute paths,
@@ -45,6 +49,9 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 		Version:      Version,
 		FSRead:       p.fsRead,
 		FSWrite:      p.fsWrite,
+		FSDeny:       p.fsDeny,
+		FSProtect:    p.fsProtect,
+		FSUnprotect:  p.fsUnprotect,
 		NetHosts:     hostStrings(p.netHosts),
 		AllowedTools: p.tools,
 		Env:          envStrings(p.env),
@@ -56,6 +63,7 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 			MaxCPU:         formatDuration(l.CPU),
 			MaxPids:        l.Pids,
 			MaxScratch:     FormatSize(l.Scratch),
+			MaxWrite:       FormatSize(l.Write),
 		},
 	}
 	for _, d := range p.downgrades {
@@ -99,6 +107,9 @@ func Equal(a, b *Policy) bool {
 	}
 	return slices.Equal(a.fsRead, b.fsRead) &&
 		slices.Equal(a.fsWrite, b.fsWrite) &&
+		slices.Equal(a.fsDeny, b.fsDeny) &&
+		slices.Equal(a.fsProtect, b.fsProtect) &&
+		slices.Equal(a.fsUnprotect, b.fsUnprotect) &&
 		slices.Equal(hostStrings(a.netHosts), hostStrings(b.netHosts)) &&
 		slices.Equal(a.tools, b.tools) &&
 		slices.Equal(a.env, b.env) &&

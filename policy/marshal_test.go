@@ -36,7 +36,7 @@ func TestMarshalJSON(t *testing.T) {
 	want := `{"version":1,"fs_read":["/base/data","/etc/ssl/certs"],"fs_write":["/base/out"],` +
 		`"net_hosts":["*.pythonhosted.org:443","127.0.0.1:8080","api.github.com"],` +
 		`"allowed_tools":["/usr/bin/env","python3"],"env":["EMPTY=","LANG","TZ=UTC"],` +
-		`"budget":{"max_wall":"1h30m","max_output_bytes":"1048577B","max_ops":77,"max_memory":"1GB","max_cpu":"1.5s","max_pids":9,"max_scratch":"64KiB"},` +
+		`"budget":{"max_wall":"1h30m","max_output_bytes":"1048577B","max_ops":77,"max_memory":"1GB","max_cpu":"1.5s","max_pids":9,"max_scratch":"64KiB","max_write":"256MiB"},` +
 		`"allow_downgrade":["fs_audit","landlock"]}`
 	if string(got) != want {
 		t.Errorf("MarshalJSON =\n%s\nwant\n%s", got, want)
@@ -48,7 +48,7 @@ func TestMarshalJSONMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"version":1,"budget":{"max_wall":"30s","max_output_bytes":"1MiB","max_ops":1000,"max_memory":"512MiB","max_cpu":"30s","max_pids":64,"max_scratch":"64MiB"}}`
+	want := `{"version":1,"budget":{"max_wall":"30s","max_output_bytes":"1MiB","max_ops":1000,"max_memory":"512MiB","max_cpu":"30s","max_pids":64,"max_scratch":"64MiB","max_write":"256MiB"}}`
 	if string(got) != want {
 		t.Errorf("Default().MarshalJSON() =\n%s\nwant\n%s", got, want)
 	}
@@ -113,8 +113,8 @@ func TestEqual(t *testing.T) {
 
 func TestSummary(t *testing.T) {
 	tests := []struct{ name, in, want string }{
-		{"default", "version: 1\n", "ok: 0 fs_read, 0 fs_write, 0 net_hosts, 0 allowed_tools, 0 env; budget max_wall=30s max_output_bytes=1MiB max_ops=1000 max_memory=512MiB max_cpu=30s max_pids=64 max_scratch=64MiB"},
-		{"full", fullPolicy, "ok: 2 fs_read, 1 fs_write, 3 net_hosts, 2 allowed_tools, 3 env; budget max_wall=1h30m max_output_bytes=1048577B max_ops=77 max_memory=1GB max_cpu=1.5s max_pids=9 max_scratch=64KiB; allow_downgrade fs_audit landlock"},
+		{"default", "version: 1\n", "ok: 0 fs_read, 0 fs_write, 0 net_hosts, 0 allowed_tools, 0 env; budget max_wall=30s max_output_bytes=1MiB max_ops=1000 max_memory=512MiB max_cpu=30s max_pids=64 max_scratch=64MiB max_write=256MiB"},
+		{"full", fullPolicy, "ok: 2 fs_read, 1 fs_write, 3 net_hosts, 2 allowed_tools, 3 env; budget max_wall=1h30m max_output_bytes=1048577B max_ops=77 max_memory=1GB max_cpu=1.5s max_pids=9 max_scratch=64KiB max_write=256MiB; allow_downgrade fs_audit landlock"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

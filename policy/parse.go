@@ -35,7 +35,7 @@ import (
 const MaxInputSize = 1 << 20
 
 // topKeys are the keys a policy file may hold, in canonical order.
-var topKeys = []string{"version", "fs_read", "fs_write", "net_hosts", "allowed_tools", "env", "budget", "allow_downgrade"}
+var topKeys = []string{"version", "fs_read", "fs_write", "fs_deny", "fs_protect", "fs_unprotect", "net_hosts", "allowed_tools", "env", "budget", "allow_downgrade"}
 
 // budgetKeyStrings returns the keys the budget mapping may hold.
 func budgetKeyStrings() []string {
@@ -292,6 +292,12 @@ func (ps *fileParser) document(doc *yaml.Node) {
 			ps.d.fsRead = ps.list(v, key)
 		case "fs_write":
 			ps.d.fsWrite = ps.list(v, key)
+		case "fs_deny":
+			ps.d.fsDeny = ps.list(v, key)
+		case "fs_protect":
+			ps.d.fsProtect = ps.list(v, key)
+		case "fs_unprotect":
+			ps.d.fsUnprotect = ps.list(v, key)
 		case "net_hosts":
 			ps.d.netHosts = ps.list(v, key)
 		case "allowed_tools":

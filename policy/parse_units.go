@@ -19,6 +19,7 @@ const (
 	MaxCPUBound         = 24 * time.Hour // max_cpu
 	MaxMemoryBound      = 1 << 40        // max_memory: 1TiB
 	MaxScratchBound     = 1 << 40        // max_scratch: 1TiB
+	MaxWriteBound       = 1 << 40        // max_write: 1TiB
 	MaxOutputBytesBound = 1 << 30        // max_output_bytes: 1GiB
 	MaxOpsBound         = 1_000_000_000  // max_ops
 	MaxPidsBound        = 1_000_000      // max_pids
@@ -205,13 +206,14 @@ func Bounds() budget.Limits {
 		CPU:         MaxCPUBound,
 		Pids:        MaxPidsBound,
 		Scratch:     MaxScratchBound,
+		Write:       MaxWriteBound,
 	}
 }
 
 // budgetKeys lists the budget keys in policy-file order.
 var budgetKeys = []budget.Limit{
 	budget.MaxWall, budget.MaxOutputBytes, budget.MaxOps, budget.MaxMemory,
-	budget.MaxCPU, budget.MaxPids, budget.MaxScratch,
+	budget.MaxCPU, budget.MaxPids, budget.MaxScratch, budget.MaxWrite,
 }
 
 // limitValue returns field k of l as an int64 (nanoseconds for durations).
@@ -231,6 +233,8 @@ func limitValue(l budget.Limits, k budget.Limit) int64 {
 		return l.Pids
 	case budget.MaxScratch:
 		return l.Scratch
+	case budget.MaxWrite:
+		return l.Write
 	}
 	return 0
 }
@@ -252,6 +256,8 @@ func setLimit(l budget.Limits, k budget.Limit, v int64) budget.Limits {
 		l.Pids = v
 	case budget.MaxScratch:
 		l.Scratch = v
+	case budget.MaxWrite:
+		l.Write = v
 	}
 	return l
 }

@@ -31,15 +31,18 @@ const (
 // not valid; use Parse, Default or (*Policy).With. Accessors return copies,
 // so callers cannot change a Policy through a returned slice.
 type Policy struct {
-	source     string // file name the policy came from, "" for flags only
-	fsRead     []string
-	fsWrite    []string
-	netHosts   []hostspec.Pattern
-	tools      []string
-	env        []EnvVar
-	limits     budget.Limits // all fields set
-	downgrades []Downgrade
-	explicit   limitSet // budgets the file, Spec or a flag set; With may lower them, never raise
+	source      string // file name the policy came from, "" for flags only
+	fsRead      []string
+	fsWrite     []string
+	fsDeny      []string // inside grants: neither readable nor writable
+	fsProtect   []string // inside fs_write grants: read-only, cannot be created
+	fsUnprotect []string // built-in protected paths left writable
+	netHosts    []hostspec.Pattern
+	tools       []string
+	env         []EnvVar
+	limits      budget.Limits // all fields set
+	downgrades  []Downgrade
+	explicit    limitSet // budgets the file, Spec or a flag set; With may lower them, never raise
 }
 
 // EnvVar is one env grant: Name passed through from the caller's
@@ -58,6 +61,18 @@ func (p *Policy) FSRead() []string { return slices.Clone(p.fsRead) }
 
 // FSWrite returns the canonical absolute write grants.
 func (p *Policy) FSWrite() []string { return slices.Clone(p.fsWrite) }
+
+// FSDeny returns the canonical paths inside grants that the sandbox can
+// neither read nor write (fs_deny).
+func (p *Policy) FSDeny() []string { return slices.Clone(p.fsDeny) }
+
+// FSProtect returns the canonical paths inside fs_write grants that stay
+// read-only and cannot be created (fs_protect), beyond the built-in list.
+func (p *Policy) FSProtect() []string { return slices.Clone(p.fsProtect) }
+
+// FSUnprotect returns the built-in protected paths the policy leaves
+// writable (fs_unprotect).
+func (p *Policy) FSUnprotect() []string { return slices.Clone(p.fsUnprotect) }
 
 // NetHosts returns the network grants.
 func (p *Policy) NetHosts() []hostspec.Pattern { return slices.Clone(p.netHosts) }
@@ -78,13 +93,28 @@ func (p *Policy) Downgrades() []Downgrade { return slices.Clone(p.downgrades) }
 func (p *Policy) AcceptsDowngrade(d Downgrade) bool { return slices.Contains(p.downgrades, d) }
 
 // CanRead reports whether the canonical absolute path is inside a read or
-// write grant. The caller must canonicalize (pathspec.Abs) first.
+// write grant and not inside fs_deny. The caller must canonicalize
+// (pathspec.Abs) first.
 func (p *Policy) CanRead(path string) bool {
-	return p.CanWrite(path) || within(p.fsRead, path)
+	return (within(p.fsWrite, path) || within(p.fsRead, path)) && !within(p.fsDeny, path)
 }
 
-// CanWrite reports whether the canonical absolute path is inside a write grant.
-func (p *Policy) CanWrite(path string) bool { return within(p.fsWrite, path) }
+// CanWrite reports whether the canonical absolute path is inside a write
+// grant and not inside fs_deny, fs_protect or an active built-in
+// protection.
+func (p *Policy) CanWrite(path string) bool {
+	return within(p.fsWrite, path) && !within(p.fsDeny, path) && p.ProtectedBy(path) == nil
+}
+
+// ProtectedBy returns the protection that keeps path read-only, or nil.
+func (p *Policy) ProtectedBy(path string) *Protection {
+	for _, pr := range p.Protections() {
+		if pathspec.Within(pr.Path, path) {
+			return &pr
+		}
+	}
+	return nil
+}
 
 func within(roots []string, path string) bool {
 	for _, r := range roots {
@@ -102,6 +132,9 @@ func (p *Policy) CheckRead(cwd, path string) error {
 	if err != nil {
 		return &DenyError{Cap: FSRead, Op: "read", Subject: path, Reason: err.Error()}
 	}
+	if within(p.fsDeny, c) {
+		return &DenyError{Cap: FSRead, Op: "read", Subject: c, Reason: "path is inside fs_deny"}
+	}
 	if !p.CanRead(c) {
 		return &DenyError{Cap: FSRead, Op: "read", Subject: c, Reason: "path is outside fs_read"}
 	}
@@ -114,7 +147,12 @@ func (p *Policy) CheckWrite(cwd, path string) error {
 	if err != nil {
 		return &DenyError{Cap: FSWrite, Op: "write", Subject: path, Reason: err.Error()}
 	}
-	if !p.CanWrite(c) {
+	switch pr := p.ProtectedBy(c); {
+	case within(p.fsDeny, c):
+		return &DenyError{Cap: FSWrite, Op: "write", Subject: c, Reason: "path is inside fs_deny"}
+	case pr != nil:
+		return &DenyError{Cap: FSWrite, Op: "write", Subject: c, Reason: "path is protected (" + pr.Why + ")", Protected: true}
+	case !p.CanWrite(c):
 		return &DenyError{Cap: FSWrite, Op: "write", Subject: c, Reason: "path is outside fs_write"}
 	}
 	return nil

@@ -10,6 +10,9 @@ import (
 type Spec struct {
 	FSRead         []string      // absolute paths; nil grants no reads
 	FSWrite        []string      // absolute paths; nil grants no writes
+	FSDeny         []string      // absolute paths inside grants, hidden; nil hides nothing
+	FSProtect      []string      // absolute paths inside fs_write grants, read-only; nil adds none
+	FSUnprotect    []string      // built-in protected paths left writable; nil leaves every protection
 	NetHosts       []string      // hostspec patterns; nil grants no network
 	AllowedTools   []string      // bare names or absolute paths; nil grants no tools
 	Env            []string      // "NAME" or "NAME=value"; nil passes no variables
@@ -22,13 +25,16 @@ type Spec struct {
 // positions whose messages name the field, like `fs_read "x": ...`.
 func New(s Spec) (*Policy, error) {
 	d := draft{
-		fsRead:     specItems(s.FSRead, "fs_read"),
-		fsWrite:    specItems(s.FSWrite, "fs_write"),
-		netHosts:   specItems(s.NetHosts, "net_hosts"),
-		tools:      specItems(s.AllowedTools, "allowed_tools"),
-		env:        specItems(s.Env, "env"),
-		downgrades: specItems(s.AllowDowngrade, "allow_downgrade"),
-		limits:     limitItems(s.Budget, func(k budget.Limit) string { return string(k) }),
+		fsRead:      specItems(s.FSRead, "fs_read"),
+		fsWrite:     specItems(s.FSWrite, "fs_write"),
+		fsDeny:      specItems(s.FSDeny, "fs_deny"),
+		fsProtect:   specItems(s.FSProtect, "fs_protect"),
+		fsUnprotect: specItems(s.FSUnprotect, "fs_unprotect"),
+		netHosts:    specItems(s.NetHosts, "net_hosts"),
+		tools:       specItems(s.AllowedTools, "allowed_tools"),
+		env:         specItems(s.Env, "env"),
+		downgrades:  specItems(s.AllowDowngrade, "allow_downgrade"),
+		limits:      limitItems(s.Budget, func(k budget.Limit) string { return string(k) }),
 	}
 	p, errs := validate(d, nil)
 	if len(errs) > 0 {

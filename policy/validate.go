@@ -34,19 +34,22 @@ type limitItem struct {
 
 // draft is what a file, a Spec or flags asked for, not yet validated.
 type draft struct {
-	file       string // names the source in ParseErrors
-	baseDir    string // absolute folder relative paths resolve against; "" refuses them
-	fsRead     []item
-	fsWrite    []item
-	netHosts   []item
-	tools      []item
-	env        []item
-	downgrades []item
-	limits     []limitItem
+	file        string // names the source in ParseErrors
+	baseDir     string // absolute folder relative paths resolve against; "" refuses them
+	fsRead      []item
+	fsWrite     []item
+	fsDeny      []item
+	fsProtect   []item
+	fsUnprotect []item
+	netHosts    []item
+	tools       []item
+	env         []item
+	downgrades  []item
+	limits      []limitItem
 }
 
 // limitSet records which budgets were set explicitly, one bit per budgetKeys index.
-type limitSet uint8
+type limitSet uint16
 
 func (s limitSet) has(k budget.Limit) bool { return s&limitBit(k) != 0 }
 
@@ -86,6 +89,10 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 			p.fsWrite = append(p.fsWrite, c)
 		}
 	}
+	// Narrowing entries are checked against the grants once all are known.
+	deny := v.paths(d.fsDeny)
+	protect := v.paths(d.fsProtect)
+	unprotect := v.paths(d.fsUnprotect)
 	// hostspec owns the host grammar (wildcards, ports, IDNA); here we only
 	// add the position and the field name to its verdict.
 	for _, it := range d.netHosts {
@@ -117,6 +124,8 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 		p.downgrades = append(p.downgrades, dg)
 	}
 	v.limits(p, base)
+	v.writeBudget(p)
+	v.narrowing(p, deny, protect, unprotect)
 	// All or nothing: a half-valid policy must never reach a sandbox.
 	if len(v.errs) > 0 {
 		return nil, v.sorted()
@@ -375,6 +384,9 @@ func (p *Policy) clone() *Policy {
 	c := *p
 	c.fsRead = slices.Clone(p.fsRead)
 	c.fsWrite = slices.Clone(p.fsWrite)
+	c.fsDeny = slices.Clone(p.fsDeny)
+	c.fsProtect = slices.Clone(p.fsProtect)
+	c.fsUnprotect = slices.Clone(p.fsUnprotect)
 	c.netHosts = slices.Clone(p.netHosts)
 	c.tools = slices.Clone(p.tools)
 	c.env = slices.Clone(p.env)
@@ -387,6 +399,9 @@ func (p *Policy) clone() *Policy {
 func (p *Policy) canonicalize() {
 	p.fsRead = sortedUnique(p.fsRead)
 	p.fsWrite = sortedUnique(p.fsWrite)
+	p.fsDeny = sortedUnique(p.fsDeny)
+	p.fsProtect = sortedUnique(p.fsProtect)
+	p.fsUnprotect = sortedUnique(p.fsUnprotect)
 	p.tools = sortedUnique(p.tools)
 	p.downgrades = sortedUnique(p.downgrades)
 	slices.SortFunc(p.netHosts, func(a, b hostspec.Pattern) int { return strings.Compare(a.String(), b.String()) })

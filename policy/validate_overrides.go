@@ -10,6 +10,9 @@ import (
 type Overrides struct {
 	FSRead         []string      // --fs-read: absolute, or relative to With's baseDir; nil adds none
 	FSWrite        []string      // --fs-write: absolute, or relative to With's baseDir; nil adds none
+	FSDeny         []string      // --fs-deny: like FSWrite; nil adds none
+	FSProtect      []string      // --fs-protect: like FSWrite; nil adds none
+	FSUnprotect    []string      // --fs-unprotect: like FSWrite; nil adds none
 	NetHosts       []string      // --net-host: hostspec patterns; nil adds none
 	AllowedTools   []string      // --tool: bare names or absolute paths; nil adds none
 	Env            []string      // --env: "NAME" or "NAME=value"; nil adds none
@@ -26,6 +29,7 @@ var flagNames = map[budget.Limit]string{
 	budget.MaxCPU:         "--max-cpu",
 	budget.MaxPids:        "--max-pids",
 	budget.MaxScratch:     "--max-scratch",
+	budget.MaxWrite:       "--max-write",
 }
 
 // With returns a new policy made of p plus the grants in o, validated like
@@ -37,14 +41,17 @@ var flagNames = map[budget.Limit]string{
 // nil p stands for Default().
 func (p *Policy) With(o Overrides, baseDir string) (*Policy, error) {
 	d := draft{
-		baseDir:    baseDir,
-		fsRead:     specItems(o.FSRead, "--fs-read"),
-		fsWrite:    specItems(o.FSWrite, "--fs-write"),
-		netHosts:   specItems(o.NetHosts, "--net-host"),
-		tools:      specItems(o.AllowedTools, "--tool"),
-		env:        specItems(o.Env, "--env"),
-		downgrades: specItems(o.AllowDowngrade, "--allow-downgrade"),
-		limits:     limitItems(o.Budget, func(k budget.Limit) string { return flagNames[k] }),
+		baseDir:     baseDir,
+		fsRead:      specItems(o.FSRead, "--fs-read"),
+		fsWrite:     specItems(o.FSWrite, "--fs-write"),
+		fsDeny:      specItems(o.FSDeny, "--fs-deny"),
+		fsProtect:   specItems(o.FSProtect, "--fs-protect"),
+		fsUnprotect: specItems(o.FSUnprotect, "--fs-unprotect"),
+		netHosts:    specItems(o.NetHosts, "--net-host"),
+		tools:       specItems(o.AllowedTools, "--tool"),
+		env:         specItems(o.Env, "--env"),
+		downgrades:  specItems(o.AllowDowngrade, "--allow-downgrade"),
+		limits:      limitItems(o.Budget, func(k budget.Limit) string { return flagNames[k] }),
 	}
 	np, errs := validate(d, p)
 	if len(errs) > 0 {

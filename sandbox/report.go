@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/writeback"
 )
 
 // Report is the result of one run: what the agent gets back (DESIGN §4).
@@ -23,7 +24,17 @@ type Report struct {
 	// Enforcement lists what was actually enforced on this host, and any
 	// downgrade the policy accepted.
 	Enforcement Enforcement `json:"enforcement"`
+	// Writes says what the copy back of the staged fs_write grants did:
+	// written, removed, refused (protected paths) and failed entries. Nil
+	// when the run had no fs_write grant or never started.
+	Writes *Writes `json:"writes,omitempty"`
 }
+
+// Writes is what the copy back of a run's staged fs_write grants did.
+type Writes = writeback.Result
+
+// WriteEntry is one path the copy back refused or failed on.
+type WriteEntry = writeback.Entry
 
 // Usage is what the run consumed.
 type Usage struct {
@@ -31,6 +42,8 @@ type Usage struct {
 	MaxMemoryBytes int64 `json:"max_memory_bytes"`
 	Ops            int64 `json:"ops"`
 	OutputBytes    int64 `json:"output_bytes"`
+	// WriteBytes is what the run added to its fs_write grants (max_write).
+	WriteBytes int64 `json:"write_bytes"`
 }
 
 // Denial is one refused operation, naming the grant that would allow it.

@@ -34,12 +34,14 @@ type Session struct {
 	r       *run // session-wide state: policy, meter, audit
 	pl      *plan.Plan
 	ip      *initProc
-	guard   *guard.Guard
 	created time.Time
 	done    chan struct{} // closed when the session has ended
 	closeCh chan struct{} // closed by Close
 
 	closeOnce sync.Once
+
+	guardMu sync.Mutex
+	guard   *guard.Guard // guarded by guardMu; set once the sandbox is ready
 
 	mu      sync.Mutex
 	pending map[string]chan nsinit.Message // guarded by mu: exec ID -> its messages
@@ -70,13 +72,6 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	r.sink = audit.Tee{&r.rec, cfg.Audit}
 	r.meter = budget.NewMeter(cfg.Policy.Budget(), cfg.Clock)
 	s.r = r
-	workspace := "/"
-	if w := cfg.Policy.FSWrite(); len(w) > 0 {
-		workspace = w[0]
-	}
-	if s.guard, err = guard.New(guard.Config{Policy: cfg.Policy, Clock: cfg.Clock, Meter: r.meter, Audit: r.sink, Cwd: workspace}); err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
 
 	r.fs = startFSAudit(r)
 	started := make(chan error, 1)
@@ -109,6 +104,25 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	case <-s.done:
 		return nil, errors.New("sandbox: session init exited during setup")
 	}
+	// The file API resolves beneath the grant roots as the sandbox sees
+	// them (opened by the init before it ran anything): what the sandbox
+	// does to the paths above a grant cannot change what the grant means.
+	workspace := "/"
+	if w := cfg.Policy.FSWrite(); len(w) > 0 {
+		workspace = w[0]
+	}
+	gc := guard.Config{Policy: cfg.Policy, Clock: cfg.Clock, Meter: r.meter, Audit: r.sink, Cwd: workspace, Roots: s.ip.stage.rootFDs()}
+	if id := s.ip.sandboxID; id != 0 {
+		gc.As = asSandbox(id)
+	}
+	g, err := guard.New(gc)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("sandbox: file access: %w", err)
+	}
+	s.guardMu.Lock()
+	s.guard = g
+	s.guardMu.Unlock()
 	return s, nil
 }
 
@@ -169,6 +183,11 @@ func (s *Session) supervise(ctx context.Context) {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.guardMu.Lock()
+	if s.guard != nil {
+		_ = s.guard.Close() // waits for file operations in flight; they end before the copy back
+	}
+	s.guardMu.Unlock()
 	s.ip.shutdown(s.r)
 	s.r.fs.emit(s.r, true) // late records reach the audit sink
 	s.r.fs.close()
@@ -184,8 +203,14 @@ func (s *Session) ID() string { return s.id }
 func (s *Session) Policy() *policy.Policy { return s.r.c.Policy }
 
 // Guard returns the in-process guard for file operations on the session's
-// grants. It shares the session's budget and audit sink.
-func (s *Session) Guard() *guard.Guard { return s.guard }
+// grants, as the sandbox sees them (staged writes included). It shares the
+// session's budget and audit sink, and refuses every operation once the
+// session has ended.
+func (s *Session) Guard() *guard.Guard {
+	s.guardMu.Lock()
+	defer s.guardMu.Unlock()
+	return s.guard
+}
 
 // Done is closed when the session has ended.
 func (s *Session) Done() <-chan struct{} { return s.done }
@@ -208,7 +233,19 @@ func (s *Session) Info() SessionInfo {
 	return info
 }
 
-// Close ends the session and everything running in it. It is idempotent.
+// Writes returns what the copy back of the session's staged fs_write grants
+// did, once the session has ended (nil before, or when it has none).
+func (s *Session) Writes() *Writes {
+	select {
+	case <-s.done:
+		return s.r.report.Writes
+	default:
+		return nil
+	}
+}
+
+// Close ends the session and everything running in it, then copies its
+// staged writes to the host (see Writes). It is idempotent.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() { close(s.closeCh) })
 	<-s.done

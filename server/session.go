@@ -88,4 +88,5 @@ type Usage struct {
 	MaxMemoryBytes int64 `json:"max_memory_bytes"`
 	Ops            int64 `json:"ops"`
 	OutputBytes    int64 `json:"output_bytes"`
+	WriteBytes     int64 `json:"write_bytes"` // added to fs_write grants (max_write)
 }

@@ -21,9 +21,11 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 type policyFlags struct {
 	file                             string
 	fsRead, fsWrite, hosts, tools    listFlag
+	fsDeny, fsProtect, fsUnprotect   listFlag
 	env, downgrade                   listFlag
 	maxWall, maxCPU                  string
 	maxOutput, maxMemory, maxScratch string
+	maxWrite                         string
 	maxOps, maxPids                  int64
 	cwd                              string
 }
@@ -31,7 +33,10 @@ type policyFlags struct {
 func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.file, "policy", "", "policy `FILE` (YAML or JSON); without it nothing is granted")
 	fs.Var(&f.fsRead, "fs-read", "grant read access to `PATH` (repeatable)")
-	fs.Var(&f.fsWrite, "fs-write", "grant read and write access to `PATH` (repeatable)")
+	fs.Var(&f.fsWrite, "fs-write", "grant read and write access to `PATH` (repeatable); writes are staged and copied back when the run ends")
+	fs.Var(&f.fsDeny, "fs-deny", "hide `PATH` inside a grant: neither readable nor writable (repeatable)")
+	fs.Var(&f.fsProtect, "fs-protect", "keep `PATH` inside an fs_write grant read-only, never written back (repeatable)")
+	fs.Var(&f.fsUnprotect, "fs-unprotect", "leave `PATH` of the built-in protected list writable, e.g. ./proj/.vscode (repeatable; airlock explain lists the protected paths)")
 	fs.Var(&f.hosts, "net-host", "allow egress to `HOST[:PORT]` through the proxy (repeatable)")
 	fs.Var(&f.tools, "tool", "allow executing `TOOL` (repeatable)")
 	fs.Var(&f.env, "env", "pass `NAME` (or set NAME=VALUE) into the sandbox (repeatable)")
@@ -41,6 +46,7 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.maxOutput, "max-output", "", "stdout+stderr bytes kept before the run is halted, e.g. 1MiB")
 	fs.StringVar(&f.maxMemory, "max-memory", "", "memory limit, e.g. 512MiB")
 	fs.StringVar(&f.maxScratch, "max-scratch", "", "size of the /tmp tmpfs, e.g. 64MiB")
+	fs.StringVar(&f.maxWrite, "max-write", "", "bytes the run may add to its fs_write grants, e.g. 256MiB (at most max_memory: staged writes are held in memory)")
 	fs.Int64Var(&f.maxOps, "max-ops", 0, "boundary crossings (egress requests, execs, tool calls)")
 	fs.Int64Var(&f.maxPids, "max-pids", 0, "processes and threads at once")
 	fs.StringVar(&f.cwd, "cwd", "", "working `DIR` inside the sandbox (default: the first fs_write grant, else /tmp)")
@@ -64,7 +70,8 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 			return nil, err
 		}
 	}
-	o := policy.Overrides{FSRead: f.fsRead, FSWrite: f.fsWrite, NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade}
+	o := policy.Overrides{FSRead: f.fsRead, FSWrite: f.fsWrite, FSDeny: f.fsDeny, FSProtect: f.fsProtect, FSUnprotect: f.fsUnprotect,
+		NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade}
 	var errs []error
 	dur := func(name, v string, dst *int64) {
 		if v == "" {
@@ -95,6 +102,7 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 	size("max-output", f.maxOutput, &o.Budget.OutputBytes)
 	size("max-memory", f.maxMemory, &o.Budget.Memory)
 	size("max-scratch", f.maxScratch, &o.Budget.Scratch)
+	size("max-write", f.maxWrite, &o.Budget.Write)
 	if f.maxOps < 0 || f.maxPids < 0 {
 		errs = append(errs, errors.New("--max-ops and --max-pids must be positive"))
 	}

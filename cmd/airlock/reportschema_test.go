@@ -137,7 +137,7 @@ func TestReportSchemaMatchesType(t *testing.T) {
 	if got := root.Defs["denial"].Properties["layer"].Enum; !slices.Equal(got, layers) {
 		t.Errorf("denial.layer enum = %v, want %v", got, layers)
 	}
-	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch)}
+	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite)}
 	if got := root.Defs["limit"].Enum; !slices.Equal(got, limits) {
 		t.Errorf("limit enum = %v, want %v", got, limits)
 	}
@@ -305,5 +305,5 @@ func TestReportSchemaValidatesRealReports(t *testing.T) {
 
 const validReportJSON = `{"exit_code": 0, "signal": null, "halted_by": null, "duration_ms": 5, "stdout": "", "stderr": "",
  "stdout_truncated": false, "stderr_truncated": false,
- "usage": {"cpu_ms": 0, "max_memory_bytes": 0, "ops": 0, "output_bytes": 0},
+ "usage": {"cpu_ms": 0, "max_memory_bytes": 0, "ops": 0, "output_bytes": 0, "write_bytes": 0},
  "denials": [], "enforcement": {"namespaces": true, "landlock_abi": 7, "seccomp": true, "fs_denials": ""}}`

@@ -33,7 +33,7 @@ func pod(o Options, pl *plan.Plan, p *policy.Policy, seccompPath string) (*corev
 	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
 	seen := map[string]bool{"tmp": true}
 	for _, m := range pl.Mounts {
-		if m.Kind != plan.KindBind || (m.Origin != plan.OriginFSRead && m.Origin != plan.OriginFSWrite) {
+		if !m.Grant() {
 			continue
 		}
 		prefix := "read-"

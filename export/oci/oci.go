@@ -55,6 +55,17 @@ type Options struct {
 	// Arch is the GOARCH the seccomp section is written for. Empty means
 	// the architecture this binary was built for.
 	Arch string
+
+	// StageDir is the absolute host folder holding the stage (see
+	// internal/plan/stage.go), for a supervisor that copies the writes
+	// back: fs_write folders become overlays of StageDir/N/lower (the
+	// grant, attached there by the supervisor) whose upper and work folders
+	// are StageDir/N/upper and StageDir/N/work, fs_write files binds of
+	// StageDir/N/file. The supervisor creates them, writable by HostID.
+	// Empty exports for a runtime alone: fs_write grants are plain
+	// read-write binds, and nothing bounds what the container writes to
+	// them (max_write and the write-back refusals need a supervisor).
+	StageDir string
 }
 
 // File is one thing Write puts in the bundle besides config.json.
@@ -148,7 +159,7 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 		b.Spec.Process.Rlimits = append(b.Spec.Process.Rlimits, specs.POSIXRlimit{Type: name, Hard: r.Value, Soft: r.Value})
 	}
 	b.ownRootfs = opts.Rootfs == ""
-	if err := b.addMounts(pl.Mounts, opts.BundleDir, b.ownRootfs); err != nil {
+	if err := b.addMounts(pl.Mounts, opts.BundleDir, opts.StageDir, b.ownRootfs); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -167,7 +178,7 @@ func resources(p *policy.Policy) *specs.LinuxResources {
 }
 
 // addMounts translates the plan's root filesystem steps, in order.
-func (b *Bundle) addMounts(ms []plan.Mount, bundleDir string, ownRootfs bool) error {
+func (b *Bundle) addMounts(ms []plan.Mount, bundleDir, stageDir string, ownRootfs bool) error {
 	spec := b.Spec
 	// /dev: a fresh tmpfs; the plan binds the device nodes into it.
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
@@ -204,6 +215,31 @@ func (b *Bundle) addMounts(ms []plan.Mount, bundleDir string, ownRootfs bool) er
 			if ownRootfs {
 				b.Files = append(b.Files, File{Path: path.Join("rootfs", m.Target), Dir: true})
 			}
+		case plan.KindStage:
+			// Made by the supervisor outside the container (StageDir).
+		case plan.KindOverlay, plan.KindStagedFile:
+			spec.Mounts = append(spec.Mounts, stagedMount(m, stageDir))
+		case plan.KindReadonly:
+			// The host path itself, read-only, over the grant's view of it:
+			// the same content (the grant's lower layer is that host folder).
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Target,
+				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+		case plan.KindHide:
+			if m.Dir {
+				spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs",
+					Options: []string{"ro", "nosuid", "nodev", "noexec", "size=4k", "nr_inodes=2", "mode=0555"}})
+				continue
+			}
+			rel := path.Join(FilesDir, ".airlock-empty")
+			if !hasFile(b.Files, rel) {
+				b.Files = append(b.Files, File{Path: rel})
+			}
+			src := rel
+			if bundleDir != "" {
+				src = filepath.Join(bundleDir, filepath.FromSlash(rel))
+			}
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: src,
+				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		default:
 			return fmt.Errorf("oci: config: mount %s at %s: kind has no OCI form", m.Kind, m.Target)
 		}
@@ -226,4 +262,30 @@ func bindOptions(m plan.Mount) []string {
 		o = append(o, "noexec")
 	}
 	return o
+}
+
+// stagedMount is a staged fs_write grant: with a stage, an overlay (or a
+// bind of the staged copy); without one, a plain read-write bind.
+func stagedMount(m plan.Mount, stageDir string) specs.Mount {
+	if stageDir == "" {
+		return specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: bindOptions(m)}
+	}
+	dir := filepath.Join(stageDir, fmt.Sprint(m.Stage))
+	if m.Kind == plan.KindStagedFile {
+		return specs.Mount{Destination: m.Target, Type: "bind", Source: filepath.Join(dir, "file"), Options: bindOptions(m)}
+	}
+	// userxattr: the runtime mounts it inside the container's user
+	// namespace, where overlayfs may set only user.* xattrs (Linux 5.11).
+	return specs.Mount{Destination: m.Target, Type: "overlay", Source: "overlay", Options: []string{
+		"userxattr", "lowerdir=" + filepath.Join(dir, "lower"), "upperdir=" + filepath.Join(dir, "upper"), "workdir=" + filepath.Join(dir, "work"),
+		"nosuid", "nodev", "noexec"}}
+}
+
+func hasFile(fs []File, p string) bool {
+	for _, f := range fs {
+		if f.Path == p {
+			return true
+		}
+	}
+	return false
 }

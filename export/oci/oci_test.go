@@ -259,7 +259,7 @@ func TestConfigRefusals(t *testing.T) {
 		opts   oci.Options
 	}{
 		{"unknown-rlimit", func(pl *plan.Plan) { pl.Rlimits = append(pl.Rlimits, plan.Rlimit{Resource: "rtprio"}) }, oci.Options{}},
-		{"unknown-mount-kind", func(pl *plan.Plan) { pl.Mounts = append(pl.Mounts, plan.Mount{Kind: "overlay", Target: "/x"}) }, oci.Options{}},
+		{"unknown-mount-kind", func(pl *plan.Plan) { pl.Mounts = append(pl.Mounts, plan.Mount{Kind: "devicemapper", Target: "/x"}) }, oci.Options{}},
 		{"unknown-arch", func(*plan.Plan) {}, oci.Options{Arch: "riscv64"}},
 	}
 	for _, tt := range tests {

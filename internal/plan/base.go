@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/policy"
 )
 
 // baseCandidates is the read-only system base: what ordinary dynamically
@@ -87,6 +89,7 @@ func (pl *Plan) String() string {
 	for _, r := range pl.Rules {
 		fmt.Fprintf(&b, "  %-8s %-40s [%s]\n", r.Access, r.Path, r.Origin)
 	}
+	pl.writeSection(&b)
 	b.WriteString("\nnetwork (empty network namespace: only lo):\n")
 	if pl.Proxy {
 		fmt.Fprintf(&b, "  egress proxy at 127.0.0.1:%d (HTTP, CONNECT) and 127.0.0.1:%d (SOCKS5), served from outside; net_hosts decides every connection\n", HTTPProxyPort, SOCKSProxyPort)
@@ -138,9 +141,59 @@ func (m Mount) describe() string {
 		return fmt.Sprintf("%-7s %-34s rw,nosuid,nodev,noexec,size=%d  [%s]", m.Kind, m.Target, m.Size, m.Origin)
 	case KindSymlink:
 		return fmt.Sprintf("%-7s %-34s -> %s  [%s]", m.Kind, m.Target, m.Source, m.Origin)
+	case KindStage:
+		return fmt.Sprintf("%-7s %-34s tmpfs of %d bytes (max_write) holding what the sandbox writes to fs_write grants; never visible inside, copied back to the host when the run ends  [%s]", m.Kind, m.Target, m.Size, m.Origin)
+	case KindOverlay, KindStagedFile:
+		return fmt.Sprintf("%-7s %-34s rw,nosuid,nodev,noexec  <- %s: writes are staged (at most max_write) and copied back when the run ends, protected paths refused  [%s]", m.Kind, m.Target, m.Source, m.Origin)
+	case KindReadonly:
+		return fmt.Sprintf("%-7s %-34s read-only: %s  [protected]", m.Kind, m.Target, m.Why)
+	case KindHide:
+		return fmt.Sprintf("%-7s %-34s hidden: an empty read-only %s takes its place  [fs_deny]", m.Kind, m.Target, map[bool]string{true: "folder", false: "file"}[m.Dir])
 	case KindProc:
 		return fmt.Sprintf("%-7s %-34s the sandbox's own pids only; /proc/sys and friends read-only  [%s]", m.Kind, m.Target, m.Origin)
 	default:
 		return fmt.Sprintf("%-7s %-34s synthesized, read-only  [%s]", m.Kind, m.Target, m.Origin)
+	}
+}
+
+// writeSection explains what happens to writes when the plan stages any.
+func (pl *Plan) writeSection(b *strings.Builder) {
+	var stage *Mount
+	for i := range pl.Mounts {
+		if pl.Mounts[i].Kind == KindStage {
+			stage = &pl.Mounts[i]
+		}
+	}
+	if stage == nil {
+		return
+	}
+	fmt.Fprintf(b, "\nwrites (fs_write grants are staged: the host folder is not touched while the sandbox runs):\n")
+	fmt.Fprintf(b, "  at most %d bytes (max_write) may be added; a write past it fails with ENOSPC and the run is halted\n", stage.Size)
+	b.WriteString("  when the run ends, the changes are copied back without setuid/setgid bits, xattrs, devices or fifos;\n")
+	b.WriteString("  never copied back, at any depth: hooks folders and config, config.worktree and commondir files in git\n")
+	b.WriteString("  directories, files named .git, everything under fs_protect and fs_deny, and the built-in protected names:\n")
+	names := make([]string, 0, len(policy.BuiltinProtected))
+	for _, e := range policy.BuiltinProtected {
+		names = append(names, e.Name)
+	}
+	for line := ""; len(names) > 0; {
+		line += names[0]
+		names = names[1:]
+		if len(names) > 0 {
+			line += ", "
+		}
+		if len(line) > 90 || len(names) == 0 {
+			b.WriteString("    " + strings.TrimSpace(line) + "\n")
+			line = ""
+		}
+	}
+	var ro []string
+	for _, m := range pl.Mounts {
+		if m.Kind == KindReadonly {
+			ro = append(ro, m.Target)
+		}
+	}
+	if len(ro) > 0 {
+		b.WriteString("  of them, these exist and are read-only inside too (readonly steps above): " + strings.Join(ro, ", ") + "\n")
 	}
 }

@@ -31,6 +31,12 @@ const (
 	KindFile    Kind = "file"    // a file written with Data
 	KindSymlink Kind = "symlink" // a symlink Target -> Source
 	KindDir     Kind = "dir"     // an empty directory
+	// Writable grants and what narrows them (see stage.go).
+	KindStage      Kind = "stage"       // the tmpfs of max_write bytes that holds staged writes
+	KindOverlay    Kind = "overlay"     // an fs_write folder: an overlay of Source with its upper layer on the stage
+	KindStagedFile Kind = "staged-file" // an fs_write file: a copy on the stage bound at Target
+	KindReadonly   Kind = "readonly"    // a protected path inside a writable grant: read-only, cannot be created
+	KindHide       Kind = "hide"        // an fs_deny path: an empty read-only folder or file over it
 )
 
 // Origin says why a step exists, for explain and audit.
@@ -58,6 +64,12 @@ type Mount struct {
 	IDMap    bool   `json:"idmap,omitempty"` // a grant: files keep the caller's ownership on disk
 	Origin   Origin `json:"origin"`
 	Optional bool   `json:"optional,omitempty"` // base entries that may be absent on this host
+	// Stage is the staged grant's index: its layers live in folder Stage of
+	// the stage tmpfs (KindOverlay, KindStagedFile).
+	Stage int `json:"stage,omitempty"`
+	// Dir says a KindReadonly or KindHide target is a folder.
+	Dir bool   `json:"dir,omitempty"`
+	Why string `json:"why,omitempty"` // what the narrowing protects against
 }
 
 // Access bits for Landlock rules.
@@ -118,6 +130,10 @@ type Plan struct {
 	Rlimits []Rlimit `json:"rlimits"`
 	// Tools are the executables visible in the sandbox (inside paths).
 	Tools []string `json:"tools"`
+	// Protected are the real paths inside writable grants that the copy
+	// back refuses beyond the policy's own rules (symlink targets of
+	// protected and fs_deny paths).
+	Protected []string `json:"protected,omitempty"`
 	// Session makes the init wait for exec requests instead of running Argv.
 	Session bool `json:"session,omitempty"`
 	// PTY makes the command's stdin (a pty slave) its controlling terminal.
@@ -235,13 +251,26 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		grants = append(grants, Mount{Kind: KindBind, Source: r, Target: r, IDMap: true, Origin: OriginFSRead})
 		pl.Rules = append(pl.Rules, Rule{Path: r, Access: Read, Origin: OriginFSRead})
 	}
+	stage, staged, err := stageSteps(p, h)
+	if err != nil {
+		return nil, err
+	}
 	for _, w := range p.FSWrite() {
-		grants = append(grants, Mount{Kind: KindBind, Source: w, Target: w, Writable: true, IDMap: true, Origin: OriginFSWrite})
 		pl.Rules = append(pl.Rules, Rule{Path: w, Access: Read | Write, Origin: OriginFSWrite})
 	}
+	grants = append(grants, staged...)
 	grants = append(grants, toolMounts...)
 	sort.SliceStable(grants, func(i, j int) bool { return depth(grants[i].Target) < depth(grants[j].Target) })
+	if len(staged) > 0 {
+		pl.Mounts = append(pl.Mounts, stage)
+	}
 	pl.Mounts = append(pl.Mounts, grants...)
+	narrow, protected, err := narrowSteps(p, h)
+	if err != nil {
+		return nil, err
+	}
+	pl.Mounts = append(pl.Mounts, narrow...)
+	pl.Protected = protected
 
 	// Landlock rules for the base and sandbox-owned paths.
 	for _, m := range base {

@@ -25,6 +25,7 @@ const (
 	MaxCPU         Limit = "max_cpu"
 	MaxPids        Limit = "max_pids"
 	MaxScratch     Limit = "max_scratch"
+	MaxWrite       Limit = "max_write"
 )
 
 // Defaults applied when a policy leaves a budget out.
@@ -36,6 +37,10 @@ const (
 	DefaultCPU         = 30 * time.Second
 	DefaultPids        = 64
 	DefaultScratch     = 64 << 20
+	// DefaultWrite is the max_write of a policy that sets neither max_write
+	// nor max_memory. A policy that sets only max_memory gets half of it,
+	// at most DefaultWrite: staged writes are held in memory (see Write).
+	DefaultWrite = 256 << 20
 )
 
 // Limits is a complete budget. Every field is positive once a policy has
@@ -48,6 +53,10 @@ type Limits struct {
 	CPU         time.Duration // max_cpu: CPU time of the whole tree
 	Pids        int64         // max_pids: tasks at once
 	Scratch     int64         // max_scratch: size of the /tmp tmpfs, bytes
+	// Write is max_write: the bytes a run may add to its fs_write grants.
+	// Writes are staged in a tmpfs of this size and copied back when the
+	// run ends, so they also count against Memory while the run lasts.
+	Write int64
 }
 
 // WithDefaults returns l with every zero field set to its default.
@@ -72,6 +81,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.Scratch == 0 {
 		l.Scratch = DefaultScratch
+	}
+	if l.Write == 0 {
+		l.Write = min(DefaultWrite, l.Memory/2)
 	}
 	return l
 }

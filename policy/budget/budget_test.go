@@ -24,9 +24,14 @@ func TestWithDefaults(t *testing.T) {
 	want := budget.Limits{
 		Wall: budget.DefaultWall, OutputBytes: budget.DefaultOutputBytes, Ops: 5,
 		Memory: budget.DefaultMemory, CPU: budget.DefaultCPU, Pids: budget.DefaultPids, Scratch: budget.DefaultScratch,
+		Write: budget.DefaultWrite,
 	}
 	if got != want {
 		t.Errorf("Limits{Ops: 5}.WithDefaults() = %+v, want %+v", got, want)
+	}
+	// max_write follows a small max_memory: staged writes live in memory.
+	if got := (budget.Limits{Memory: 64 << 20}).WithDefaults().Write; got != 32<<20 {
+		t.Errorf("Limits{Memory: 64MiB}.WithDefaults().Write = %d, want 32MiB", got)
 	}
 }
 

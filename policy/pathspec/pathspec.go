@@ -64,3 +64,8 @@ func Within(root, p string) bool {
 func valid(s string) bool {
 	return strings.HasPrefix(s, "/") && strings.IndexByte(s, 0) < 0
 }
+
+// Join returns Clean(root + "/" + rel) for a canonical root and a relative
+// path rel. Join never leaves root for a rel without ".." elements; callers
+// that join untrusted rel must check Within afterwards.
+func Join(root, rel string) string { return Clean(root + "/" + rel) }

@@ -17,7 +17,9 @@ var ErrSymlink = errors.New("a path component is a symlink")
 
 // Clone returns a detached mount fd of exactly the host path src (open_tree
 // OPEN_TREE_CLONE, with submounts) carrying the attributes of m: read-only
-// unless m.Writable, noexec unless m.Exec, always nosuid and nodev. When
+// unless m.Writable, noexec unless m.Exec, nosuid, and nodev except for
+// binds under /dev. Staged grants (KindOverlay, KindStagedFile) are cloned
+// read-only: they are the lower layer, never written. When
 // usernsFD >= 0 the clone is idmapped through that user namespace, so files
 // the sandbox creates keep the caller's ownership on disk.
 //
@@ -45,7 +47,7 @@ func Clone(m plan.Mount, usernsFD int) (int, error) {
 	if m.Kind == plan.KindBind && strings.HasPrefix(m.Target, "/dev/") {
 		attr.Attr_set = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
 	}
-	if !m.Writable {
+	if !m.Writable || m.Kind == plan.KindOverlay || m.Kind == plan.KindStagedFile {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
 	if !m.Exec {
@@ -69,6 +71,9 @@ func Clone(m plan.Mount, usernsFD int) (int, error) {
 type Builder struct {
 	Root   string // absolute directory the root tmpfs is mounted on
 	rootFD int
+	stage  string   // where the stage is mounted while the root is built; "" if none
+	empty  string   // an empty file that hides fs_deny files; "" until needed
+	hidden []string // helper mounts DetachStage removes
 }
 
 // MountRoot mounts the root tmpfs at b.Root and makes it private.

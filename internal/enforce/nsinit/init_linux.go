@@ -87,8 +87,20 @@ func setupAndRun() (int, error) {
 	if err := setupNetwork(pl); err != nil {
 		return 0, fail("network", err)
 	}
-	if err := setupMounts(pl, idmapFDs); err != nil {
+	stage, grants, err := setupMounts(pl, idmapFDs)
+	if err != nil {
 		return 0, fail("mounts", err)
+	}
+	// The supervisor keeps the stage (to copy the writes back) and the
+	// grant roots (for its file API); the init keeps neither.
+	fds := grants
+	if stage >= 0 {
+		fds = append([]int{stage}, grants...)
+	}
+	err = Send(ControlFD, Message{Type: "mounts", Staged: stage >= 0}, fds...)
+	closeAll(fds)
+	if err != nil {
+		return 0, fail("report mounts", err)
 	}
 	if err := unix.Sethostname([]byte(pl.Hostname)); err != nil {
 		return 0, fail("hostname", err)
@@ -129,7 +141,10 @@ func setupNetwork(pl *plan.Plan) error {
 	return Send(ControlFD, Message{Type: "listeners"}, httpFD, socksFD)
 }
 
-func setupMounts(pl *plan.Plan, cloneFDs []int) error {
+// setupMounts builds the root and pivots into it. It returns the fds the
+// supervisor keeps: the stage (-1 when nothing is staged) and the root of
+// every grant, in plan order, as the sandbox sees them.
+func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, err error) {
 	// Clone every source before the root tmpfs covers /tmp: grants may live
 	// there on the host.
 	trees := make([]int, len(pl.Mounts))
@@ -142,50 +157,89 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) error {
 				unix.Close(fd)
 			}
 		}
+		if err != nil {
+			closeAll(grants)
+			if stage >= 0 {
+				unix.Close(stage)
+			}
+			stage, grants = -1, nil
+		}
 	}()
+	stage = -1
 	// With root, the supervisor cloned every bind source (in plan order);
 	// rootless, the init clones them itself with the caller's access.
 	binds := 0
 	for _, m := range pl.Mounts {
-		if m.Kind == plan.KindBind {
+		if m.Cloned() {
 			binds++
 		}
 	}
 	if len(cloneFDs) != 0 && len(cloneFDs) != binds {
-		return fmt.Errorf("airlock bug: %d cloned mounts received for %d binds", len(cloneFDs), binds)
+		return -1, nil, fmt.Errorf("airlock bug: %d cloned mounts received for %d binds", len(cloneFDs), binds)
 	}
 	next := 0
+	var staged int64 // bytes of staged files copied onto the stage
 	for i, m := range pl.Mounts {
-		if m.Kind != plan.KindBind {
+		if !m.Cloned() {
 			continue
 		}
 		if len(cloneFDs) > 0 {
 			trees[i] = cloneFDs[next]
 			next++
-			continue
-		}
-		fd, err := mount.Clone(m, -1)
-		if err != nil {
-			if m.Optional {
-				continue
+		} else {
+			fd, err := mount.Clone(m, -1)
+			if err != nil {
+				if m.Optional {
+					continue
+				}
+				return -1, nil, err
 			}
-			return err
+			trees[i] = fd
 		}
-		trees[i] = fd
+		if m.Kind == plan.KindStagedFile {
+			n, err := mount.StagedFileSize(trees[i])
+			if err != nil {
+				return -1, nil, fmt.Errorf("fs_write %s: %w", m.Source, err)
+			}
+			staged += n + 4096 // a page of slack per file
+		}
 	}
 	b := &mount.Builder{Root: "/tmp"}
 	if err := b.MountRoot(); err != nil {
-		return err
+		return -1, nil, err
 	}
 	for i, m := range pl.Mounts {
-		if m.Kind == plan.KindBind && trees[i] < 0 {
+		switch {
+		case m.Cloned() && trees[i] < 0:
 			continue // an optional source that is absent
+		case m.Kind == plan.KindStage:
+			err = b.MountStage(m, staged)
+		case m.Kind == plan.KindOverlay:
+			err = b.PlaceOverlay(m, trees[i])
+		case m.Kind == plan.KindStagedFile:
+			err = b.PlaceStagedFile(m, trees[i])
+		case m.Kind == plan.KindReadonly || m.Kind == plan.KindHide:
+			_, err = b.PlaceNarrowing(m)
+		default:
+			err = b.Place(m, trees[i])
 		}
-		if err := b.Place(m, trees[i]); err != nil {
-			return err
+		if err != nil {
+			return -1, nil, err
 		}
 	}
-	return b.Finish()
+	for _, m := range pl.Mounts {
+		if m.Grant() {
+			fd, err := b.OpenGrant(m.Target)
+			if err != nil {
+				return -1, nil, err
+			}
+			grants = append(grants, fd)
+		}
+	}
+	if stage, err = b.DetachStage(); err != nil {
+		return -1, nil, err
+	}
+	return stage, grants, b.Finish()
 }
 
 func startAndReap(pl *plan.Plan) (int, error) {

@@ -28,7 +28,7 @@ const (
 
 // Message is one control message; fds travel beside it (SCM_RIGHTS).
 type Message struct {
-	Type     string `json:"type"` // go, listeners, ready, started, exit, error
+	Type     string `json:"type"` // go, listeners, mounts, ready, started, exit, error
 	Pid      int    `json:"pid,omitempty"`
 	Code     int    `json:"code,omitempty"`
 	Signal   int    `json:"signal,omitempty"`
@@ -36,6 +36,9 @@ type Message struct {
 	Error    string `json:"error,omitempty"`
 	IDMaps   int    `json:"idmaps,omitempty"`   // go: number of idmapped grant fds attached
 	Landlock int    `json:"landlock,omitempty"` // ready: the Landlock ABI enforced, 0 = none
+	// Staged says the first fd of a "mounts" message is the stage's root;
+	// the others are the grant roots in plan order (plan.Mount.Grant).
+	Staged bool `json:"staged,omitempty"`
 
 	// Session mode: "exec" carries a command with stdin, stdout and stderr
 	// attached; "started", "exit" and "kill" name it by ID.

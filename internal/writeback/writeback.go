@@ -1,0 +1,132 @@
+// Package writeback copies what a sandbox wrote to its staged fs_write
+// grants back to the host, once the sandbox has stopped. The stage (the
+// overlay upper layers and staged files on the max_write tmpfs, see
+// internal/plan/stage.go) is hostile input: the sandbox chose every name,
+// type, mode, size, link target and xattr in it. So the copy back never
+// follows a symlink on either side, resolves every host path beneath an fd
+// of the grant opened when the run started (so a renamed or replaced
+// ancestor cannot redirect it), writes each file to a temporary name and
+// renames it into place (no half-written file under the real name), drops
+// setuid, setgid and sticky bits, copies no xattr, ACL or ownership from
+// the stage, refuses devices, fifos and sockets, and refuses protected
+// paths at any depth (git hooks and config, rc files: policy.WriteBackRefusal).
+// Everything it refuses or fails to do is listed, bounded, in the Result.
+//
+// It imports policy/... and golang.org/x/sys only. It stops a sandbox from
+// planting code the host runs later, from making a setuid binary on the
+// host, and from writing more than max_write.
+package writeback
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Grant is one staged fs_write grant.
+type Grant struct {
+	Host  string // canonical host path of the grant
+	Stage string // its folder on the stage ("0", "1", ...)
+	File  bool   // a single-file grant: the stage holds Stage/file
+	// HostFD is an O_PATH fd of the grant's host folder (or file), opened
+	// without following symlinks when the run started. Required.
+	HostFD int
+}
+
+// Config is one copy back. The zero Config copies nothing.
+type Config struct {
+	// StageFD is an fd of the stage's root.
+	StageFD int
+
+	// Grants are the staged grants, in any order.
+	Grants []Grant
+
+	// Refuse returns why a canonical host path must not be written,
+	// created, replaced or removed, or "" when it may be. Nil refuses
+	// nothing beyond the built-in checks (file types, pinned paths).
+	Refuse func(path string) string
+
+	// Pinned are host paths that must survive: the targets of other grants
+	// nested in a staged grant, and their ancestors. They are never
+	// removed or replaced by something else.
+	Pinned []string
+
+	// MaxListed bounds Result.Refused and Result.Failed. Zero means 50.
+	MaxListed int
+}
+
+// Result says what the copy back did.
+type Result struct {
+	// Complete is true when every change on the stage reached the host or
+	// was refused by a rule; false when an error left part of it undone
+	// (the host grant may then hold some of the changes and not others).
+	Complete bool `json:"complete"`
+
+	Files    int   `json:"files"`    // regular files written
+	Bytes    int64 `json:"bytes"`    // bytes written to them
+	Dirs     int   `json:"dirs"`     // folders created
+	Symlinks int   `json:"symlinks"` // symlinks written
+	Removed  int   `json:"removed"`  // entries removed (deleted inside the sandbox)
+	// ModesDropped counts files and folders whose setuid, setgid or sticky
+	// bit was dropped.
+	ModesDropped int `json:"modes_dropped,omitempty"`
+
+	Refused      []Entry `json:"refused,omitempty"` // changes a rule kept off the host
+	RefusedTotal int     `json:"refused_total,omitempty"`
+	Failed       []Entry `json:"failed,omitempty"` // changes an error kept off the host
+	FailedTotal  int     `json:"failed_total,omitempty"`
+	// Moved lists grants whose host path no longer led, at the end, to the
+	// folder granted at the start (renamed or replaced on the host); their
+	// writes went to the folder granted, wherever it is now.
+	Moved []string `json:"moved,omitempty"`
+}
+
+// Entry is one path the copy back refused or failed on.
+type Entry struct {
+	Path   string `json:"path"`   // canonical host path
+	Reason string `json:"reason"` // the rule or error
+}
+
+func (r *Result) refuse(max int, path, reason string) {
+	r.RefusedTotal++
+	if len(r.Refused) < max {
+		r.Refused = append(r.Refused, Entry{Path: clip(path), Reason: clip(reason)})
+	}
+}
+
+func (r *Result) fail(max int, path string, err error) {
+	r.Complete = false
+	r.FailedTotal++
+	if len(r.Failed) < max {
+		r.Failed = append(r.Failed, Entry{Path: clip(path), Reason: clip(err.Error())})
+	}
+}
+
+// maxField bounds a path or reason in the Result.
+const maxField = 512
+
+// clip bounds s for the report, marking what was cut.
+func clip(s string) string {
+	if len(s) <= maxField {
+		return s
+	}
+	cut := maxField
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut-- // do not split a UTF-8 sequence
+	}
+	return s[:cut] + "…[+" + strconv.Itoa(len(s)-cut) + " bytes]"
+}
+
+// pinned reports whether path is one of pins or an ancestor of one.
+func pinned(pins []string, path string) bool {
+	for _, p := range pins {
+		if p == path || strings.HasPrefix(p, path+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// gitDirNames are the entries inside a git directory that git executes or
+// that redirect it (hooks; config with core.fsmonitor and friends;
+// commondir, which moves both).
+var gitDirNames = map[string]bool{"hooks": true, "config": true, "commondir": true, "config.worktree": true}
