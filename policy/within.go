@@ -24,6 +24,7 @@ type Excess struct {
 	Key    string // the policy-file key: "fs_read", "net_hosts", "env", "allow_downgrade", "budget.max_wall", ...
 	Entry  string // the grant in canonical form: a path, a host pattern, a tool, a variable name or a budget value
 	Reason string // why the ceiling does not cover it, and what to do; never quotes the ceiling's own grants
+	Max    string // for a budget, the ceiling's value in policy-file syntax ("10m"); "" for other keys
 }
 
 // CeilingError lists every grant of a policy that exceeds its ceiling, in
@@ -124,7 +125,9 @@ func (p *Policy) Within(ceiling *Policy) error {
 			if !p.explicit.has(k) {
 				what = " (the default, as the policy does not set it)"
 			}
-			add(budgetKeyPrefix+string(k), formatLimit(k, v), "is above the ceiling's "+string(k)+" "+formatLimit(k, max)+what+": set "+string(k)+" to at most "+formatLimit(k, max))
+			m := formatLimit(k, max)
+			add(budgetKeyPrefix+string(k), formatLimit(k, v), "is above the ceiling's "+string(k)+" "+m+what+": set "+string(k)+" to at most "+m)
+			ex[len(ex)-1].Max = m
 		}
 	}
 	for _, d := range p.downgrades {

@@ -37,7 +37,7 @@ func TestWithinEveryBudget(t *testing.T) {
 			ceiling.limits = setLimit(ceiling.limits, k, def/2)
 			err := Default().Within(ceiling)
 			ce, ok := err.(*CeilingError)
-			if !ok || len(ce.Excess) != 1 || ce.Excess[0].Key != "budget."+string(k) || ce.Excess[0].Entry != formatLimit(k, def) {
+			if !ok || len(ce.Excess) != 1 || ce.Excess[0].Key != "budget."+string(k) || ce.Excess[0].Entry != formatLimit(k, def) || ce.Excess[0].Max != formatLimit(k, def/2) {
 				t.Fatalf("Default().Within(ceiling with %s lowered) = %v, want one excess budget.%s", k, err, k)
 			}
 			if low := Default().LowerDefaults(ceiling); limitValue(low.limits, k) != def/2 || low.Within(ceiling) != nil {
