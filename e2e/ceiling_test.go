@@ -33,6 +33,7 @@ func TestServeCeiling(t *testing.T) {
 	bin := mcpBinary(t)
 	t.Run("NoCeiling", func(t *testing.T) { testCeilingNone(t, bin) })
 	t.Run("NoCeilingWorkspace", func(t *testing.T) { testCeilingWorkspace(t, bin) })
+	t.Run("KilledServerWorkspaces", func(t *testing.T) { testCeilingKilled(t, bin) })
 	t.Run("Ceiling", func(t *testing.T) { testCeilingFile(t, bin) })
 	t.Run("PerToken", func(t *testing.T) { testCeilingPerToken(t, bin) })
 }
@@ -212,7 +213,7 @@ func testCeilingWorkspace(t *testing.T, bin string) {
 			t.Fatalf("CreateSession: %v\n%s", err, p.logText())
 		}
 		info, err := s.Info(ctx)
-		if err != nil || filepath.Dir(info.Workspace) != root {
+		if err != nil || filepath.Dir(filepath.Dir(info.Workspace)) != root {
 			t.Fatalf("Info = %+v, %v; want a workspace in %s", info, err, root)
 		}
 		if st, err := os.Lstat(info.Workspace); err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
@@ -248,6 +249,37 @@ func testCeilingWorkspace(t *testing.T, bin string) {
 		if _, err := os.Lstat(info.Workspace); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("workspace %s after Destroy: %v; want it removed", info.Workspace, err)
 		}
+	}
+}
+
+// testCeilingKilled: the private workspaces of a SIGKILLed server, tenant
+// files included, are removed by the next server that starts with the same
+// --workspace-dir.
+func testCeilingKilled(t *testing.T, bin string) {
+	root := filepath.Join(t.TempDir(), "workspaces")
+	ctx := serveCtx(t)
+	old := startServe(t, bin, "--workspace-dir", root)
+	s, err := old.client(t).CreateSession(ctx, client.CreateRequest{PolicyText: "version: 1\nallowed_tools: [sh]\n"})
+	if err != nil {
+		t.Fatalf("CreateSession: %v\n%s", err, old.logText())
+	}
+	if err := s.Upload(ctx, "tenant-data", strings.NewReader(ceilingSecret)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-old.exited
+	if _, err := os.Stat(filepath.Join(info.Workspace, "tenant-data")); err != nil {
+		t.Fatalf("the killed server's workspace is already gone (%v): the test proves nothing", err)
+	}
+	next := startServe(t, bin, "--workspace-dir", root)
+	if _, err := os.Lstat(filepath.Dir(info.Workspace)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the killed server's workspaces after the next server started: %v; want them removed\n%s", err, next.logText())
 	}
 }
 
@@ -291,14 +323,27 @@ func testCeilingFile(t *testing.T, bin string) {
 	}
 
 	status, body, id := createRaw(t, ctx, p, p.token, fmt.Sprintf("version: 1\nfs_read: [%s]\nnet_hosts: [evil.test]\nallowed_tools: [python3]\nbudget:\n  max_wall: 5m\n", secret))
-	ex := wantExceeds(t, "outside the ceiling", status, body, "fs_read "+secret, "net_hosts evil.test", "allowed_tools python3", "budget.max_wall 5m")
+	wantExceeds(t, "outside the ceiling", status, body, "fs_read "+secret, "net_hosts evil.test", "allowed_tools python3", "budget.max_wall 5m")
 	if id != "" {
 		stealWith(t, ctx, p, id, []string{"cat", secret}, secret)
 	}
 	if strings.Contains(string(body), allowed) || strings.Contains(string(body), "ceiling-only") {
 		t.Errorf("the refusal shows the ceiling's own entries: %s", body)
 	}
-	_ = ex
+
+	// A symlink inside the ceiling's folder does not carry a grant out of
+	// it: the ceiling check is lexical, and the sandbox refuses a grant
+	// whose path runs through a symlink.
+	if err := os.Symlink(filepath.Dir(secret), filepath.Join(allowed, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	status, body, id = createRaw(t, ctx, p, p.token, fmt.Sprintf("version: 1\nfs_read: [%s/escape]\nallowed_tools: [cat]\n", allowed))
+	t.Logf("a grant through a symlink inside the ceiling: %d %s", status, bytes.TrimSpace(body))
+	if id != "" {
+		stealWith(t, ctx, p, id, []string{"cat", filepath.Join(allowed, "escape", "credentials")}, filepath.Join(allowed, "escape", "credentials"))
+	} else if status != http.StatusInternalServerError || strings.Contains(string(body), ceilingSecret) {
+		t.Errorf("grant through a symlink = %d %s; want a refused start", status, body)
+	}
 
 	// A default the tenant left unset is lowered to the ceiling, not refused.
 	s2, err := p.client(t).CreateSession(ctx, client.CreateRequest{PolicyText: "version: 1\nallowed_tools: [sh]\n"})

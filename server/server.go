@@ -65,13 +65,14 @@ type Config struct {
 	// Ceiling; longer than Tokens is an error.
 	TokenCeilings []*policy.Policy
 
-	// WorkspaceDir is the folder in which each session whose policy grants
-	// no fs_write of its own (inline policies only) gets a private
-	// workspace, created 0700 at the start and removed at the end of the
-	// session; the workspace becomes the policy's fs_write grant. A missing
-	// folder is created 0700; an existing one must belong to the server's
-	// user and be closed to others. Empty means a new folder under
-	// os.TempDir(), made by New and removed by Shutdown.
+	// WorkspaceDir is where each session whose policy grants no fs_write
+	// of its own (inline policies only) gets a private workspace, created
+	// 0700 at the start and removed at the end of the session; the
+	// workspace becomes the policy's fs_write grant. New makes the
+	// server's own 0700 folder in it (removed by Shutdown) for them, after
+	// removing the folders of servers that were killed. A missing
+	// WorkspaceDir is created 0700; an existing one must belong to the
+	// server's user and be closed to others. Empty means os.TempDir().
 	WorkspaceDir string
 
 	// MaxSessions is how many live sessions one token may hold. Zero means
@@ -161,9 +162,12 @@ func New(cfg Config) (*Server, error) {
 		s.clock = budget.SystemClock{}
 	}
 	// Last, so that no earlier refusal leaves a folder behind.
-	ws, err := newWorkspaces(cfg.WorkspaceDir)
+	ws, swept, err := newWorkspaces(cfg.WorkspaceDir)
 	if err != nil {
 		return nil, err
+	}
+	if swept > 0 {
+		s.log.Info("removed the workspaces of servers that were killed", "folders", swept)
 	}
 	s.ws = ws
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
@@ -356,8 +360,8 @@ func (s *Server) reapIdle() {
 
 // Shutdown stops taking sessions, closes every live session (which ends
 // their running execs), then shuts the HTTP server down gracefully within
-// ctx. Sessions are closed even when ctx has ended, their private workspaces
-// removed, and the folder of workspaces too when New made it.
+// ctx. Sessions are closed even when ctx has ended, and their private
+// workspaces removed with the server's folder of workspaces.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true

@@ -47,9 +47,11 @@ fine), no downgrade, and budgets at most the defaults. Named policies from
 --policy-dir are the operator's and are used as written.
 
 A session whose inline policy grants no fs_write gets a private workspace:
-a new 0700 folder in --workspace-dir that is its fs_write grant, the
-"workspace" of the session JSON, the base of relative file paths and the
-working directory of its execs; it is removed when the session ends.
+a new 0700 folder that is its fs_write grant, the "workspace" of the
+session JSON, the base of relative file paths and the working directory of
+its execs; it is removed when the session ends. The workspaces live in the
+server's own 0700 folder in --workspace-dir, removed at exit; the folders of
+killed servers are removed by the next server using that --workspace-dir.
 
 The token file holds one token per line; blank lines and lines starting
 with # are skipped. A line "TOKEN ceiling=FILE" gives that token its own
@@ -70,7 +72,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	noAuth := fs.Bool("insecure-no-auth", false, "serve without a token (only on a loopback address)")
 	policyDir := fs.String("policy-dir", "", "`DIR` of named policies: policy_name NAME uses DIR/NAME.yaml")
 	ceilingFile := fs.String("ceiling", "", "policy `FILE` that bounds every session policy of tokens without their own ceiling (default: no ceiling, see above)")
-	workspaceDir := fs.String("workspace-dir", "", "`DIR` for the sessions' private workspaces, created 0700 (default: a new folder in $TMPDIR, removed at exit)")
+	workspaceDir := fs.String("workspace-dir", "", "`DIR` for the sessions' private workspaces, created 0700 if missing (default: $TMPDIR)")
 	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "live sessions per token")
 	idle := fs.Duration("idle", server.DefaultIdle, "end a session after this long without a request")
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
