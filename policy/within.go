@@ -64,7 +64,9 @@ func (e *CeilingError) Is(target error) bool { return target == ErrExceedsCeilin
 //
 //   - each fs_read path lies inside an fs_read or fs_write path of the
 //     ceiling, and each fs_write path inside an fs_write path of the ceiling
-//     (pathspec.Within: lexical, "/data" holds "/data/x", not "/database");
+//     (pathspec.Within: lexical, "/data" holds "/data/x", not "/database").
+//     Lexical is enough because the sandbox refuses a grant whose path runs
+//     through a symlink, so "/data/link" cannot lead out of "/data";
 //   - each net_hosts pattern is within a net_hosts pattern of the ceiling
 //     (hostspec.Pattern.Within: names, wildcards, addresses and ports);
 //   - each allowed_tools entry is in the ceiling's allowed_tools, exactly: a
