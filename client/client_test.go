@@ -68,8 +68,15 @@ func (s *echoSession) Exec(ctx context.Context, req server.ExecRequest) (json.Ra
 
 func newServer(t *testing.T) *httptest.Server {
 	t.Helper()
+	// The tests' policies write in their temporary folders: the operator's
+	// ceiling must allow that.
+	ceiling, err := policy.New(policy.Spec{FSWrite: []string{os.TempDir()}, AllowedTools: []string{"sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := server.New(server.Config{
-		Tokens: []string{token},
+		Ceiling: ceiling,
+		Tokens:  []string{token},
 		NewSession: func(ctx context.Context, p *policy.Policy) (server.Session, error) {
 			g, err := guard.New(guard.Config{Policy: p})
 			if err != nil {

@@ -158,7 +158,7 @@ func wantAPIError(t *testing.T, what string, err error, status int, code string)
 }
 
 func testServeWorkflow(t *testing.T, bin string) {
-	p := startServe(t, bin)
+	p := startServe(t, bin, tempCeiling(t)...)
 	c := p.client(t)
 	ctx := serveCtx(t)
 	ws := t.TempDir()
@@ -219,7 +219,7 @@ print("total", total)`}, OnOutput: func(stream string, data []byte) { fmt.Fprint
 // the sandbox or through the files API.
 func testServeIsolation(t *testing.T, bin string) {
 	const n = 20
-	p := startServe(t, bin, "--max-sessions", strconv.Itoa(n))
+	p := startServe(t, bin, append(tempCeiling(t), "--max-sessions", strconv.Itoa(n))...)
 	c := p.client(t)
 	ctx := serveCtx(t)
 	type sess struct {
@@ -289,7 +289,7 @@ func testServeIsolation(t *testing.T, bin string) {
 }
 
 func testServeErrors(t *testing.T, bin string) {
-	p := startServe(t, bin, "--max-body", "1KiB")
+	p := startServe(t, bin, append(tempCeiling(t), "--max-body", "1KiB")...)
 	ctx := serveCtx(t)
 	ws := t.TempDir()
 	c := p.client(t)
@@ -351,7 +351,7 @@ func testServeErrors(t *testing.T, bin string) {
 // background processes left by an exec, and returns the processes below it.
 func sleepingServer(t *testing.T, ctx context.Context, bin string) (*serveProc, []procID) {
 	t.Helper()
-	p := startServe(t, bin)
+	p := startServe(t, bin, tempCeiling(t)...)
 	for range 2 {
 		s, err := p.client(t).CreateSession(ctx, client.CreateRequest{PolicyText: servePolicy(t.TempDir(), "sh", "sleep")})
 		if err != nil {
@@ -417,7 +417,7 @@ func testServeKilled(t *testing.T, bin string) {
 
 	// The next server's first session runs the cgroup janitor.
 	t.Logf("cgroups of the killed server before the next one starts: %d", len(serveCgroups(pid)))
-	next := startServe(t, bin)
+	next := startServe(t, bin, tempCeiling(t)...)
 	if _, err := next.client(t).CreateSession(ctx, client.CreateRequest{PolicyText: servePolicy(t.TempDir(), "sh")}); err != nil {
 		t.Fatalf("CreateSession on the new server: %v\n%s", err, next.logText())
 	}

@@ -10,8 +10,15 @@
 // every error is a JSON object {"error":{"code","message"}} that carries
 // only public text: host details and internal errors go to the log.
 //
-// It stops a caller without the token from doing anything, one caller from
-// reaching another's sessions, path tricks ("..", absolute paths, symlinks
+// Token holders are tenants, not operators: every session policy must lie
+// within the token's ceiling (Config.Ceiling, Config.TokenCeilings), and
+// without one an inline policy may grant only the private workspace the
+// server makes for the session. A refused policy is a 403 exceeds_ceiling
+// that lists each grant beyond the ceiling, and nothing starts.
+//
+// It stops a caller without the token from doing anything, a token holder
+// from granting itself host files, the network or the server's own
+// environment variables, one caller from reaching another's sessions, path tricks ("..", absolute paths, symlinks
 // inside a grant) from reaching files outside the session's grants (the
 // guard resolves beneath the grant root and the refusal is a 403 with a
 // structured denial), oversized bodies from exhausting memory, and idle or

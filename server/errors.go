@@ -21,6 +21,7 @@ type apiError struct {
 	Message  string     `json:"message"`
 	Denial   *denial    `json:"denial,omitempty"`
 	Problems []problem  `json:"problems,omitempty"`
+	Exceeds  []excess   `json:"exceeds,omitempty"` // 403 exceeds_ceiling: every grant beyond the ceiling
 	allow    string     // Allow header for 405
 	ended    *tombstone // for 410: why the session ended
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -89,15 +90,49 @@ type env struct {
 	mu    sync.Mutex
 	fakes map[string]*fakeSession
 	exec  func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error)
+	start server.NewSessionFunc // replaces newSession when set
+}
+
+// startSession is the server's NewSession: start, else newSession.
+func (e *env) startSession(ctx context.Context, p *policy.Policy) (server.Session, error) {
+	e.mu.Lock()
+	start := e.start
+	e.mu.Unlock()
+	if start != nil {
+		return start(ctx, p)
+	}
+	return e.newSession(ctx, p)
 }
 
 // newEnv starts a server with cfg; zero NewSession, Tokens and Clock are
-// filled in with fakes and the two test tokens.
+// filled in with fakes and the two test tokens, and without any ceiling the
+// server gets testCeiling, which lets the tests' policies write in their
+// temporary folders.
 func newEnv(t *testing.T, cfg server.Config) *env {
+	t.Helper()
+	if cfg.Ceiling == nil && cfg.TokenCeilings == nil {
+		cfg.Ceiling = testCeiling(t)
+	}
+	return newEnvNoCeiling(t, cfg)
+}
+
+// testCeiling allows fs_write in the temporary folder, the tool sh and the
+// largest budgets.
+func testCeiling(t *testing.T) *policy.Policy {
+	t.Helper()
+	c, err := policy.New(policy.Spec{FSWrite: []string{os.TempDir()}, AllowedTools: []string{"sh"}, Budget: policy.Bounds()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newEnvNoCeiling is newEnv without filling in a ceiling.
+func newEnvNoCeiling(t *testing.T, cfg server.Config) *env {
 	t.Helper()
 	e := &env{t: t, fakes: map[string]*fakeSession{}, clock: airtest.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
 	if cfg.NewSession == nil {
-		cfg.NewSession = e.newSession
+		cfg.NewSession = e.startSession
 	}
 	if cfg.Tokens == nil && !cfg.InsecureNoAuth {
 		cfg.Tokens = []string{tokA, tokB}
@@ -121,6 +156,13 @@ func newEnv(t *testing.T, cfg server.Config) *env {
 }
 
 func (e *env) newSession(ctx context.Context, p *policy.Policy) (server.Session, error) {
+	// The guard holds every grant open, as a sandbox session's does: the
+	// fake's grants exist as folders.
+	for _, d := range append(p.FSRead(), p.FSWrite()...) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	g, err := guard.New(guard.Config{Policy: p})
 	if err != nil {
 		return nil, err
@@ -190,6 +232,7 @@ type apiErr struct {
 			Line, Col int
 			Message   string
 		}
+		Exceeds []struct{ Key, Entry, Reason string }
 	} `json:"error"`
 }
 

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
@@ -48,6 +49,32 @@ type Config struct {
 	// only inline policies are accepted.
 	PolicyDir string
 
+	// Ceiling is the operator's upper bound on the session policies of
+	// every token that has no ceiling of its own in TokenCeilings: each
+	// policy, inline or named, must lie within it ((*policy.Policy).Within)
+	// once the budgets it leaves at their defaults are lowered to the
+	// ceiling's, or the session is refused with 403 exceeds_ceiling. The
+	// ceiling grants nothing itself. Nil means no ceiling: an inline policy
+	// may then grant no host path, network, host environment variable,
+	// absolute tool path or downgrade, and budgets at most the defaults;
+	// named policies are used as written.
+	Ceiling *policy.Policy
+
+	// TokenCeilings[i], when not nil, is the ceiling of Tokens[i] in place
+	// of Ceiling. Nil, or shorter than Tokens, leaves the other tokens with
+	// Ceiling; longer than Tokens is an error.
+	TokenCeilings []*policy.Policy
+
+	// WorkspaceDir is where each session whose policy grants no fs_write
+	// of its own (inline policies only) gets a private workspace, created
+	// 0700 at the start and removed at the end of the session; the
+	// workspace becomes the policy's fs_write grant. New makes the
+	// server's own 0700 folder in it (removed by Shutdown) for them, after
+	// removing the folders of servers that were killed. A missing
+	// WorkspaceDir is created 0700; an existing one must belong to the
+	// server's user and be closed to others. Empty means os.TempDir().
+	WorkspaceDir string
+
 	// MaxSessions is how many live sessions one token may hold. Zero means
 	// DefaultMaxSessions.
 	MaxSessions int
@@ -79,6 +106,7 @@ type Server struct {
 	log       *slog.Logger
 	clock     budget.Clock
 	mux       *http.ServeMux
+	ws        *workspaces
 	baseCtx   context.Context // sessions live at most as long as it
 	cancel    context.CancelFunc
 	sessionWG sync.WaitGroup // watchers of live sessions
@@ -91,9 +119,10 @@ type Server struct {
 	httpSrv  *http.Server      // guarded by mu; set by Serve
 }
 
-// New validates cfg and returns a server. It starts nothing: use Serve, or
-// the Server as an http.Handler (then idle sessions end only when
-// ExpireIdle is called).
+// New validates cfg and returns a server. It starts nothing but prepares
+// the folder of workspaces (Config.WorkspaceDir): use Serve, or the Server
+// as an http.Handler (then idle sessions end only when ExpireIdle is
+// called), and call Shutdown at the end.
 func New(cfg Config) (*Server, error) {
 	if cfg.NewSession == nil {
 		return nil, errors.New("server: new: no NewSession: set Config.NewSession")
@@ -103,6 +132,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxSessions < 0 || cfg.Idle < 0 || cfg.MaxUpload < 0 || cfg.MaxJSON < 0 {
 		return nil, errors.New("server: new: negative limit: use zero for the default or a positive value")
+	}
+	if len(cfg.TokenCeilings) > len(cfg.Tokens) {
+		return nil, fmt.Errorf("server: new: %d token ceilings for %d tokens: give at most one ceiling per token", len(cfg.TokenCeilings), len(cfg.Tokens))
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, sessions: map[string]*entry{}, owned: map[int]int{}}
 	for i, t := range cfg.Tokens {
@@ -129,6 +161,15 @@ func New(cfg Config) (*Server, error) {
 	if s.clock == nil {
 		s.clock = budget.SystemClock{}
 	}
+	// Last, so that no earlier refusal leaves a folder behind.
+	ws, swept, err := newWorkspaces(cfg.WorkspaceDir)
+	if err != nil {
+		return nil, err
+	}
+	if swept > 0 {
+		s.log.Info("removed the workspaces of servers that were killed", "folders", swept)
+	}
+	s.ws = ws
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
 	s.routes()
 	return s, nil
@@ -319,7 +360,8 @@ func (s *Server) reapIdle() {
 
 // Shutdown stops taking sessions, closes every live session (which ends
 // their running execs), then shuts the HTTP server down gracefully within
-// ctx. Sessions are closed even when ctx has ended.
+// ctx. Sessions are closed even when ctx has ended, and their private
+// workspaces removed with the server's folder of workspaces.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -337,6 +379,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	s.cancel()
 	s.sessionWG.Wait()
+	if err := s.ws.close(); err != nil {
+		s.log.Warn("remove the workspace folder", "dir", s.ws.dir, "err", err)
+	}
 	s.log.Info("shut down", "sessions_closed", len(live))
 	if hs == nil {
 		return nil

@@ -121,6 +121,10 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int
 		return
 	}
 	p, ae := s.loadPolicy(req)
+	if ae == nil {
+		// Before any effect: a refused policy starts nothing.
+		p, ae = s.admit(p, req.PolicyName != "", owner)
+	}
 	if ae != nil {
 		writeError(w, ae)
 		return
@@ -139,25 +143,36 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int
 	}
 	s.owned[owner]++ // reserved before the slow start, released on failure
 	s.mu.Unlock()
-
-	sess, err := s.cfg.NewSession(s.baseCtx, p)
-	if err != nil {
+	unreserve := func() {
 		s.mu.Lock()
 		s.owned[owner]--
 		s.mu.Unlock()
+	}
+
+	p, ws, ae := s.privateWorkspace(p, req.PolicyName != "")
+	if ae != nil {
+		unreserve()
+		writeError(w, ae)
+		return
+	}
+	sess, err := s.cfg.NewSession(s.baseCtx, p)
+	if err != nil {
+		unreserve()
+		s.removeWorkspace(ws)
 		s.log.Error("session start", "owner", owner, "err", err)
 		writeError(w, errorf(http.StatusInternalServerError, "sandbox_failed", "the sandbox could not start (does every granted path exist on the server, and can this host enforce the policy?): the server log has the details"))
 		return
 	}
 	info := sess.Info()
 	now := s.clock.Now()
-	e := &entry{sess: sess, id: sess.ID(), owner: owner, policy: p, workspace: info.Workspace, created: now, lastUse: now}
+	e := &entry{sess: sess, id: sess.ID(), owner: owner, policy: p, workspace: info.Workspace, private: ws, created: now, lastUse: now}
 	s.mu.Lock()
 	if s.closing || s.sessions[e.id] != nil {
 		s.owned[owner]--
 		closing := s.closing
 		s.mu.Unlock()
 		_ = sess.Close() // never used; its error is of no interest to anyone
+		s.removeWorkspace(ws)
 		if closing {
 			writeError(w, errorf(http.StatusServiceUnavailable, "shutting_down", "the server is shutting down: retry on another server"))
 			return
@@ -170,8 +185,41 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int
 	s.sessionWG.Add(1)
 	s.mu.Unlock()
 	go s.watch(e)
-	s.log.Info("session created", "session", e.id, "owner", owner, "source", p.Source())
+	s.log.Info("session created", "session", e.id, "owner", owner, "source", p.Source(), "private_workspace", ws != "")
 	writeJSON(w, http.StatusCreated, s.describe(e, info))
+}
+
+// privateWorkspace gives an inline policy without fs_write grants the
+// session's own workspace: a new folder that becomes its fs_write grant.
+// It returns the policy to run and the workspace ("" when none was made).
+// Named policies are used as the operator wrote them.
+func (s *Server) privateWorkspace(p *policy.Policy, named bool) (*policy.Policy, string, *apiError) {
+	if named || len(p.FSWrite()) > 0 {
+		return p, "", nil
+	}
+	ws, err := s.ws.create()
+	if err != nil {
+		s.log.Error("create workspace", "dir", s.ws.dir, "err", err)
+		return nil, "", errorf(http.StatusInternalServerError, "workspace_failed", "the session's workspace could not be created: the server log has the details")
+	}
+	wp, err := p.With(policy.Overrides{FSWrite: []string{ws}}, "")
+	if err != nil {
+		s.removeWorkspace(ws)
+		s.log.Error("airlock bug: workspace grant refused", "workspace", ws, "err", err)
+		return nil, "", errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
+	}
+	return wp, ws, nil
+}
+
+// removeWorkspace deletes a private workspace ("" is none) once its
+// session has ended or never started.
+func (s *Server) removeWorkspace(ws string) {
+	if ws == "" {
+		return
+	}
+	if err := s.ws.remove(ws); err != nil {
+		s.log.Error("remove workspace", "workspace", ws, "err", err)
+	}
 }
 
 // loadPolicy parses the inline policy or reads the named one.

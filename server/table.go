@@ -24,7 +24,8 @@ type entry struct {
 	id        string
 	owner     int
 	policy    *policy.Policy
-	workspace string
+	workspace string // as Info.Workspace: relative file paths resolve against it
+	private   string // the private workspace the server made, removed at the end; "" when none
 	created   time.Time
 
 	// The fields below are guarded by Server.mu.
@@ -98,6 +99,7 @@ func (s *Server) endIf(e *entry, reason string, cond func() bool) {
 	if err := e.sess.Close(); err != nil {
 		s.log.Warn("session close", "session", e.id, "err", err)
 	}
+	s.removeWorkspace(e.private) // nothing runs in it after Close
 	s.log.Info("session ended", "session", e.id, "owner", e.owner, "reason", reason)
 }
 

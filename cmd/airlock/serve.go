@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
@@ -22,19 +23,43 @@ import (
 	"github.com/airlock-sandbox/airlock/server"
 )
 
-const serveSynopsis = `airlock serve [--listen ADDR] [--token-file FILE] [flags]
+const serveSynopsis = `airlock serve [--listen ADDR] [--token-file FILE] [--ceiling FILE] [flags]
 
 Serves the HTTP API: sessions (one policy and one sandbox each), exec with
 streamed output, and files in and out through the in-process guard. Every
 request needs "Authorization: Bearer TOKEN"; the tokens come from
---token-file (one per line) or AIRLOCK_TOKEN. The bound address is printed
-on stderr as "airlock serve: listening on http://ADDR". SIGTERM or SIGINT
-closes every session and stops the server. The API is described at
-GET /v1/openapi.yaml.
+--token-file or AIRLOCK_TOKEN. The bound address is printed on stderr as
+"airlock serve: listening on http://ADDR". SIGTERM or SIGINT closes every
+session and stops the server. The API is described at GET /v1/openapi.yaml.
+
+Token holders are tenants, not operators. The ceiling (--ceiling, a policy
+file) is the upper bound of every session policy, inline or named: paths
+within its paths, hosts within its hosts, tools among its tools, env
+pass-through among its env, budgets at most its budgets, downgrades among
+its downgrades; anything more is refused with 403 exceeds_ceiling, naming
+each grant. Budgets a policy does not set are lowered to the ceiling's.
+The ceiling grants nothing by itself.
+
+Without a ceiling, an inline policy may grant no host path, no network, no
+pass-through of the server's environment (NAME=value is fine), no absolute
+tool path (bare names, looked up in /usr/local/bin, /usr/bin and /bin, are
+fine), no downgrade, and budgets at most the defaults. Named policies from
+--policy-dir are the operator's and are used as written.
+
+A session whose inline policy grants no fs_write gets a private workspace:
+a new 0700 folder that is its fs_write grant, the "workspace" of the
+session JSON, the base of relative file paths and the working directory of
+its execs; it is removed when the session ends. The workspaces live in the
+server's own 0700 folder in --workspace-dir, removed at exit; the folders of
+killed servers are removed by the next server using that --workspace-dir.
+
+The token file holds one token per line; blank lines and lines starting
+with # are skipped. A line "TOKEN ceiling=FILE" gives that token its own
+ceiling in place of --ceiling (FILE relative to the token file's folder).
 
 examples:
   AIRLOCK_TOKEN=$(head -c 24 /dev/urandom | base64) airlock serve --listen 127.0.0.1:8080
-  airlock serve --listen 0.0.0.0:8080 --token-file /etc/airlock/tokens --policy-dir /etc/airlock/policies`
+  airlock serve --listen 0.0.0.0:8080 --token-file /etc/airlock/tokens --ceiling /etc/airlock/ceiling.yaml --policy-dir /etc/airlock/policies`
 
 // serveShutdownGrace bounds the graceful HTTP shutdown after the sessions
 // are closed.
@@ -46,6 +71,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	tokenFile := fs.String("token-file", "", "`FILE` of bearer tokens, one per line (default: $AIRLOCK_TOKEN)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve without a token (only on a loopback address)")
 	policyDir := fs.String("policy-dir", "", "`DIR` of named policies: policy_name NAME uses DIR/NAME.yaml")
+	ceilingFile := fs.String("ceiling", "", "policy `FILE` that bounds every session policy of tokens without their own ceiling (default: no ceiling, see above)")
+	workspaceDir := fs.String("workspace-dir", "", "`DIR` for the sessions' private workspaces, created 0700 if missing (default: $TMPDIR)")
 	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "live sessions per token")
 	idle := fs.Duration("idle", server.DefaultIdle, "end a session after this long without a request")
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
@@ -68,7 +95,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if *maxSessions <= 0 || *idle <= 0 {
 		return fail("--max-sessions and --idle must be positive")
 	}
-	tokens, err := serveTokens(*tokenFile, os.Getenv("AIRLOCK_TOKEN"))
+	entries, err := serveTokens(*tokenFile, os.Getenv("AIRLOCK_TOKEN"))
+	tokens := make([]string, len(entries))
+	for i, e := range entries {
+		tokens[i] = e.token
+	}
 	switch {
 	case err != nil:
 		return fail("%v", err)
@@ -87,6 +118,32 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	ceilings := map[string]*policy.Policy{}
+	var ceiling *policy.Policy
+	if *ceilingFile != "" {
+		if ceiling, err = loadCeiling(*ceilingFile, ceilings); err != nil {
+			return fail("--ceiling: %v", err)
+		}
+	}
+	var tokenCeilings []*policy.Policy
+	for i, e := range entries {
+		if e.ceiling == "" {
+			continue
+		}
+		c, err := loadCeiling(e.ceiling, ceilings)
+		if err != nil {
+			return fail("--token-file line %d: ceiling: %v", e.line, err)
+		}
+		tokenCeilings = append(tokenCeilings, make([]*policy.Policy, i+1-len(tokenCeilings))...)
+		tokenCeilings[i] = c
+	}
+	wsDir := *workspaceDir
+	if wsDir != "" {
+		if wsDir, err = filepath.Abs(wsDir); err != nil {
+			return fail("--workspace-dir: %v", err)
+		}
+	}
+
 	log := newLogger(stderr)
 	var sink audit.Sink
 	if *auditFile != "" {
@@ -102,6 +159,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		Tokens:         tokens,
 		InsecureNoAuth: *noAuth,
 		PolicyDir:      dir,
+		Ceiling:        ceiling,
+		TokenCeilings:  tokenCeilings,
+		WorkspaceDir:   wsDir,
 		MaxSessions:    *maxSessions,
 		Idle:           *idle,
 		MaxUpload:      maxUpload,
@@ -110,8 +170,14 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	own := 0
+	for _, c := range tokenCeilings {
+		own += btoi(c != nil)
+	}
+	log.Info("ceilings", "ceiling", orNone(*ceilingFile), "tokens_with_own_ceiling", own)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
+		_ = srv.Shutdown(context.Background()) // removes the folder of workspaces; the listen error is the one to report
 		return fail("listen: %v", err)
 	}
 	fmt.Fprintf(stderr, "airlock serve: listening on http://%s\n", ln.Addr())
@@ -140,12 +206,21 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// serveTokens reads the token file (one token per line; blank lines and
-// lines starting with # are skipped) or, without one, the env token.
-func serveTokens(file, env string) ([]string, error) {
+// serveToken is one bearer token and the ceiling file given for it.
+type serveToken struct {
+	token   string
+	ceiling string // absolute path of the token's ceiling; "" for none
+	line    int    // in the token file; 0 for AIRLOCK_TOKEN
+}
+
+// serveTokens reads the token file or, without one, the env token. Each
+// line of the file is "TOKEN" or "TOKEN ceiling=FILE" (FILE relative to
+// the file's folder, and it may contain spaces); blank lines and lines
+// starting with # are skipped. Errors name the line, never the token.
+func serveTokens(file, env string) ([]serveToken, error) {
 	if file == "" {
 		if env = strings.TrimSpace(env); env != "" {
-			return []string{env}, nil
+			return []serveToken{{token: env}}, nil
 		}
 		return nil, nil
 	}
@@ -153,17 +228,78 @@ func serveTokens(file, env string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--token-file: %w", err)
 	}
-	var tokens []string
+	base, err := filepath.Abs(filepath.Dir(file))
+	if err != nil {
+		return nil, fmt.Errorf("--token-file: %w", err)
+	}
+	var tokens []serveToken
+	n := 0
 	for line := range strings.Lines(string(data)) {
+		n++
 		line = strings.TrimSpace(line)
-		if line != "" && !strings.HasPrefix(line, "#") {
-			tokens = append(tokens, line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
 		}
+		t := serveToken{token: line, line: n}
+		if i := strings.IndexFunc(line, unicode.IsSpace); i >= 0 {
+			t.token = line[:i]
+			c, ok := strings.CutPrefix(strings.TrimSpace(line[i:]), "ceiling=")
+			if !ok || c == "" {
+				return nil, fmt.Errorf("--token-file %s line %d: after the token comes something other than ceiling=FILE: write TOKEN or TOKEN ceiling=FILE", file, n)
+			}
+			if !filepath.IsAbs(c) {
+				c = filepath.Join(base, c)
+			}
+			t.ceiling = filepath.Clean(c)
+		}
+		tokens = append(tokens, t)
 	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("--token-file %s holds no token: put one token per line", file)
 	}
 	return tokens, nil
+}
+
+// loadCeiling parses a ceiling policy file, relative paths in it taken
+// against its folder like any policy file. seen caches files by absolute
+// path, so a ceiling shared by tokens is read once.
+func loadCeiling(file string, seen map[string]*policy.Policy) (*policy.Policy, error) {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := seen[abs]; ok {
+		return c, nil
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, policy.MaxInputSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	c, err := policy.Parse(data, policy.ParseOptions{File: file, BaseDir: filepath.Dir(abs)})
+	if err != nil {
+		return nil, err
+	}
+	seen[abs] = c
+	return c, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // serveNewSession starts real sandbox sessions for the server, with base's

@@ -14,6 +14,7 @@
 //	(Pattern) Match(host string, port uint16) bool   // host: output of NormalizeHost
 //	(Pattern) IsAddr() bool              // IP literal or CIDR pattern
 //	(Pattern) MatchAddr(a netip.Addr, port uint16) bool // exact IP / CIDR listing
+//	(Pattern) Within(outer Pattern) bool // outer matches every host:port p matches (ceilings)
 //	NormalizeHost(h string) (string, error) // canonical name or canonical IP text
 //	IsSpecial(a netip.Addr) bool          // loopback, private, link-local, CGNAT, ULA, multicast, ...
 //
