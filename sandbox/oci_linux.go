@@ -218,6 +218,7 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 	timer := time.NewTimer(time.Until(r.meter.Deadline()))
 	defer timer.Stop()
 	var waitErr error
+	meterDone := r.meter.Done() // a charge the container provoked blew the budget
 loop:
 	for {
 		select {
@@ -230,6 +231,10 @@ loop:
 		case <-stdout.halted:
 			kill()
 		case <-stderr.halted:
+			kill()
+		case <-meterDone:
+			meterDone = nil
+			r.halt("", haltReason(r.meter.HaltedBy()))
 			kill()
 		case waitErr = <-done:
 			break loop
