@@ -1,9 +1,13 @@
 // Package audit carries observation events: every allow, deny, budget halt
 // and exit that an enforcement layer decides. Sinks receive them; the JSONL
-// writer keeps them for operators and the Recorder keeps them for reports and
-// tests. It imports only policy/... and the standard library, so every layer
-// can emit events without pulling in the others. It stops silent refusals:
-// a decision that is not recorded cannot be explained to the agent.
+// writer keeps them for operators, the DenialLog keeps a bounded summary of
+// the denials for reports, and the Recorder keeps everything for tests. It
+// imports only policy/... and the standard library, so every layer can emit
+// events without pulling in the others. It stops silent refusals: a
+// decision that is not recorded cannot be explained to the agent. And it
+// stops the sandbox from growing the supervisor's memory by being denied:
+// what a report keeps is bounded (see DenialLog), however many denials the
+// sandboxed code provokes.
 package audit
 
 import (
@@ -61,7 +65,9 @@ type discard struct{}
 
 func (discard) Emit(Event) {}
 
-// Recorder keeps every event in memory. The zero Recorder is ready to use.
+// Recorder keeps every event in memory, without bound: it is for tests and
+// short, trusted sequences of events. Reports use a DenialLog. The zero
+// Recorder is ready to use.
 type Recorder struct {
 	mu     sync.Mutex
 	events []Event // guarded by mu

@@ -95,6 +95,18 @@ type Denial struct {
 	Rule       string `json:"rule"`
 	Message    string `json:"message"`
 	Suggestion string `json:"suggestion,omitempty"`
+	// Count is how many times it happened, in a report or session info;
+	// 0 in the denial of a refused request.
+	Count int64 `json:"count,omitempty"`
+}
+
+// DenialCounts counts every denial of an exec or session, itemized or not.
+type DenialCounts struct {
+	Total   int64            `json:"total"`
+	ByLayer map[string]int64 `json:"by_layer"` // e.g. "net": 12
+	// Dropped is how many of Total are not itemized, because the list
+	// already held the most distinct denials a report keeps.
+	Dropped int64 `json:"dropped"`
 }
 
 // Usage is what a session or an exec consumed.
@@ -118,19 +130,20 @@ type Enforcement struct {
 
 // Report is the result of one exec (the `airlock run --json` report).
 type Report struct {
-	ExitCode        int         `json:"exit_code"`
-	Signal          *int        `json:"signal"`
-	HaltedBy        *string     `json:"halted_by"`
-	DurationMS      int64       `json:"duration_ms"`
-	Stdout          string      `json:"stdout"`
-	Stderr          string      `json:"stderr"`
-	StdoutTruncated bool        `json:"stdout_truncated"`
-	StderrTruncated bool        `json:"stderr_truncated"`
-	Usage           Usage       `json:"usage"`
-	Denials         []Denial    `json:"denials"`
-	Error           string      `json:"error,omitempty"`
-	Enforcement     Enforcement `json:"enforcement"`
-	Writes          *Writes     `json:"writes,omitempty"`
+	ExitCode        int          `json:"exit_code"`
+	Signal          *int         `json:"signal"`
+	HaltedBy        *string      `json:"halted_by"`
+	DurationMS      int64        `json:"duration_ms"`
+	Stdout          string       `json:"stdout"`
+	Stderr          string       `json:"stderr"`
+	StdoutTruncated bool         `json:"stdout_truncated"`
+	StderrTruncated bool         `json:"stderr_truncated"`
+	Usage           Usage        `json:"usage"`
+	Denials         []Denial     `json:"denials"` // distinct, each with its count
+	DenialCounts    DenialCounts `json:"denial_counts"`
+	Error           string       `json:"error,omitempty"`
+	Enforcement     Enforcement  `json:"enforcement"`
+	Writes          *Writes      `json:"writes,omitempty"`
 }
 
 // SessionInfo describes a live session.
@@ -142,6 +155,11 @@ type SessionInfo struct {
 	Workspace    string    `json:"workspace"`     // first fs_write grant; "" if none
 	Execs        int       `json:"execs"`
 	Usage        Usage     `json:"usage"`
+	// PendingDenials are the denials not yet in an exec's report, e.g. of
+	// background processes between execs; the next exec reports them.
+	PendingDenials []Denial `json:"pending_denials"`
+	// DenialCounts counts every denial since the session started.
+	DenialCounts DenialCounts `json:"denial_counts"`
 }
 
 // Entry is one directory entry.

@@ -252,9 +252,10 @@ func testCeilingWorkspace(t *testing.T, bin string) {
 	}
 }
 
-// testCeilingKilled: the private workspaces of a SIGKILLed server, tenant
-// files included, are removed by the next server that starts with the same
-// --workspace-dir.
+// testCeilingKilled: the private workspaces of a SIGKILLed server are
+// removed by the next server that starts with the same --workspace-dir.
+// (Tenant files never reach them while a session runs: writes are staged
+// and copied back when the session ends, which a killed server never does.)
 func testCeilingKilled(t *testing.T, bin string) {
 	root := filepath.Join(t.TempDir(), "workspaces")
 	ctx := serveCtx(t)
@@ -274,8 +275,11 @@ func testCeilingKilled(t *testing.T, bin string) {
 		t.Fatal(err)
 	}
 	<-old.exited
-	if _, err := os.Stat(filepath.Join(info.Workspace, "tenant-data")); err != nil {
+	if _, err := os.Stat(info.Workspace); err != nil {
 		t.Fatalf("the killed server's workspace is already gone (%v): the test proves nothing", err)
+	}
+	if _, err := os.Stat(filepath.Join(info.Workspace, "tenant-data")); err == nil {
+		t.Errorf("a staged upload reached the disk of a server that was killed before the session ended")
 	}
 	next := startServe(t, bin, "--workspace-dir", root)
 	if _, err := os.Lstat(filepath.Dir(info.Workspace)); !errors.Is(err, fs.ErrNotExist) {

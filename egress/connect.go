@@ -21,7 +21,10 @@ import (
 // The 200 goes out before the upstream is dialed, because the client sends
 // its ClientHello only after it: the SNI is checked first, and no byte
 // reaches the upstream unless it matches. A failed dial just closes.
-func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request) {
+//
+// The ClientHello must be complete by the head's deadline, moved only by
+// the time the proxy itself spent deciding (resolving the name).
+func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request, deadline time.Time) {
 	host, portText, err := net.SplitHostPort(req.URL.Host)
 	if err != nil || req.URL.User != nil || req.URL.Path != "" || req.URL.Scheme != "" || req.URL.RawQuery != "" {
 		writeError(c, http.StatusBadRequest, "airlock: CONNECT needs an authority such as example.com:443")
@@ -32,17 +35,19 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request) {
 		writeError(c, http.StatusBadRequest, fmt.Sprintf("airlock: CONNECT port %q is not a port in 1..65535", portText))
 		return
 	}
+	started := time.Now()
 	d, err := p.decide(p.ctx, opConnect, host, port)
 	if err != nil {
 		writeError(c, statusFor(err), refusal(err))
 		return
 	}
+	deadline = deadline.Add(time.Since(started))
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
 	var hello []byte
 	if !p.skipSNI {
-		c.SetReadDeadline(time.Now().Add(p.handshake))
+		c.SetReadDeadline(deadline)
 		raw, sni, err := readClientHello(br)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {

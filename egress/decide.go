@@ -21,6 +21,7 @@ import (
 const (
 	opConnect = "connect" // CONNECT tunnels, SOCKS5 and Decide
 	opHTTP    = "http"    // forwarded absolute-URI requests
+	opAccept  = "accept"  // a client connection to the proxy
 )
 
 // decision is an allowed destination: the names it was checked under and
@@ -50,15 +51,17 @@ func (e *resolveError) Error() string {
 func (e *resolveError) Unwrap() error { return e.err }
 
 // Decide is the proxy's single admission decision, used by every front
-// end; it is exported for tests and benchmarks. It normalizes host, checks
-// host:port against net_hosts, charges the budget one op, resolves a name
+// end; it is exported for tests and benchmarks. It charges the budget one
+// op, normalizes host, checks host:port against net_hosts, resolves a name
 // once with the configured Resolver and refuses the host if any resolved
 // address is special (hostspec.IsSpecial) and not listed exactly. It returns
 // the first checked address: the only kind of address the proxy dials.
 //
 // Denials are *policy.DenyError (Cap net_hosts) and a blown budget is a
-// *budget.ExhaustedError; both are audited. Nothing touches the network
-// before the name and port are granted and the op is charged.
+// *budget.ExhaustedError; both are audited. The op is charged before
+// anything is decided, so a denial costs the same op as a grant: a flood of
+// denied requests ends at max_ops. Nothing touches the network before the
+// op is charged and the name and port are granted.
 func (p *Proxy) Decide(ctx context.Context, host string, port uint16) (netip.AddrPort, error) {
 	d, err := p.decide(ctx, opConnect, host, port)
 	if r, ok := err.(*refused); ok {
@@ -71,6 +74,24 @@ func (p *Proxy) Decide(ctx context.Context, host string, port uint16) (netip.Add
 }
 
 func (p *Proxy) decide(ctx context.Context, op, host string, port uint16) (*decision, error) {
+	if err := p.charge(op, joinHostPort(host, port)); err != nil {
+		return nil, err
+	}
+	return p.decideCharged(ctx, op, host, port)
+}
+
+// charge spends the op of one decision before it is made, and audits a
+// refusal.
+func (p *Proxy) charge(op, target string) error {
+	if err := p.meter.ChargeOp(); err != nil {
+		p.denyBudget(op, target, err)
+		return err
+	}
+	return nil
+}
+
+// decideCharged is decide once its op has been charged.
+func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16) (*decision, error) {
 	if port == 0 {
 		return nil, p.deny(op, host+":0", "port 0 cannot be reached", "")
 	}
@@ -86,11 +107,6 @@ func (p *Proxy) decide(ctx context.Context, op, host string, port uint16) (*deci
 			return nil, fmt.Errorf("airlock bug: CheckHost returned %T: %w", err, err)
 		}
 		return nil, p.deny(op, target, de.Reason, de.Suggestion())
-	}
-	// Charged before resolving: a halted run makes no more DNS queries either.
-	if err := p.meter.ChargeOp(); err != nil {
-		p.denyBudget(op, target, err)
-		return nil, err
 	}
 	d := &decision{host: n, port: port, target: target}
 	if a, err := netip.ParseAddr(n); err == nil {

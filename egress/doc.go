@@ -5,9 +5,10 @@
 // outside.
 //
 // Every front end asks one function, Proxy.Decide, before any network
-// effect: the host is normalized (case, trailing dot, IDNA; non-canonical
-// IPv4 forms such as 0x7f.1 are refused), matched against net_hosts by name
-// and port, the budget is charged one op, the name is resolved once on the
+// effect: the budget is charged one op (granted or denied, so a flood of
+// denials spends max_ops), the host is normalized (case, trailing dot,
+// IDNA; non-canonical IPv4 forms such as 0x7f.1 are refused), matched
+// against net_hosts by name and port, the name is resolved once on the
 // host, and every resolved address that is special (loopback, private,
 // link-local, cloud metadata, CGNAT, ULA, multicast, IPv4-mapped forms) is
 // refused unless net_hosts lists that exact address. The proxy then dials
@@ -23,6 +24,13 @@
 // Transfer-Encoding conflicts, pipelined requests that are never decided).
 // Every decision is an audit event naming the net_hosts grant that would
 // allow it.
+//
+// The proxy runs in the supervisor, outside every sandbox limit, so it
+// bounds what the sandbox can make it hold: each accepted connection costs
+// an op, at most Config.MaxConns are served at once (more are closed at
+// once and audited), a client has one deadline from accept for its whole
+// request head, SOCKS handshake or ClientHello, and a connection holds only
+// a small buffer until its head is complete.
 //
 // The proxy is written on net/http and net instead of a general proxy
 // library on purpose: it is small, every decision is visible in this

@@ -32,20 +32,33 @@ func (p *Proxy) ServeHTTPProxy(l net.Listener) error { return p.serve(l, p.handl
 
 // handleHTTP reads requests from one client connection until it closes,
 // a request is refused, or a CONNECT takes the connection over.
-func (p *Proxy) handleHTTP(c net.Conn) {
-	br := bufio.NewReaderSize(c, maxHeadBytes)
+//
+// The first request head must be complete by accepted+handshake, and each
+// later one by handshake after its first byte: one deadline per head, which
+// bytes trickling in never move. Until a head is complete the connection
+// holds only headReader's small buffer.
+func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
+	hr := &headReader{r: c}
+	var br *bufio.Reader // made once the first head is complete
 	up := &upstream{}
 	defer up.close()
-	wait := p.handshake
-	for {
-		// Idle between requests, then a bounded time for the head itself.
-		c.SetReadDeadline(time.Now().Add(wait))
-		if _, err := br.Peek(1); err != nil {
-			return
+	deadline := accepted.Add(p.handshake)
+	for first := true; ; first = false {
+		if !first {
+			// Idle between requests, then the next head's own deadline.
+			if hr.buffered() == 0 {
+				c.SetReadDeadline(time.Now().Add(p.idle))
+				if err := hr.fill(); err != nil {
+					return
+				}
+			}
+			deadline = time.Now().Add(p.handshake)
 		}
-		wait = p.idle
-		c.SetReadDeadline(time.Now().Add(p.handshake))
-		head, err := peekHead(br)
+		c.SetReadDeadline(deadline)
+		head, err := hr.head()
+		if err != nil && hr.buffered() == 0 {
+			return // closed or timed out before sending a byte: nothing to answer
+		}
 		if err != nil {
 			writeError(c, http.StatusRequestHeaderFieldsTooLarge, "airlock: request head is incomplete or larger than 64 KiB")
 			return
@@ -55,6 +68,9 @@ func (p *Proxy) handleHTTP(c net.Conn) {
 			writeError(c, http.StatusBadRequest, "airlock: "+err.Error())
 			return
 		}
+		if br == nil {
+			br = bufio.NewReaderSize(hr, bodyBuf)
+		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			writeError(c, http.StatusBadRequest, "airlock: malformed request: "+err.Error())
@@ -62,39 +78,18 @@ func (p *Proxy) handleHTTP(c net.Conn) {
 		}
 		c.SetReadDeadline(time.Time{})
 		if req.Method == http.MethodConnect {
-			p.handleConnect(c, br, req)
+			p.handleConnect(c, br, req, deadline)
 			return
 		}
 		if !p.forward(c, req, raw, up) {
 			return
 		}
-	}
-}
-
-// peekHead returns the request line and headers, through the blank line,
-// without consuming them, so that http.ReadRequest parses the same bytes.
-func peekHead(br *bufio.Reader) ([]byte, error) {
-	scanned := 0
-	for {
-		buf, err := br.Peek(br.Buffered())
-		if err != nil {
-			return nil, err
+		// What br read past this request is the start of the next one.
+		if n := br.Buffered(); n > 0 {
+			b, _ := br.Peek(n) // cannot fail: n bytes are buffered
+			hr.unread(b)
 		}
-		from := max(scanned-3, 0)
-		if i := bytes.Index(buf[from:], []byte("\r\n\r\n")); i >= 0 {
-			return buf[:from+i+4], nil
-		}
-		if i := bytes.Index(buf[from:], []byte("\n\n")); i >= 0 {
-			return buf[:from+i+2], nil
-		}
-		scanned = len(buf)
-		if scanned >= maxHeadBytes {
-			return nil, errors.New("request head too large")
-		}
-		// Wait for at least one more byte.
-		if _, err := br.Peek(scanned + 1); err != nil {
-			return nil, err
-		}
+		br.Reset(hr)
 	}
 }
 
@@ -160,13 +155,18 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 		writeError(c, http.StatusBadRequest, "airlock: request URL port: "+err.Error())
 		return false
 	}
+	// One op per request, charged before any check refuses it.
+	if err := p.charge(opHTTP, joinHostPort(u.Hostname(), port)); err != nil {
+		writeError(c, statusFor(err), refusal(err))
+		return false
+	}
 	if raw.hasHost {
 		if err := p.sameHost(u.Hostname(), port, raw.host); err != nil {
 			writeError(c, http.StatusForbidden, refusal(err))
 			return false
 		}
 	}
-	d, err := p.decide(p.ctx, opHTTP, u.Hostname(), port)
+	d, err := p.decideCharged(p.ctx, opHTTP, u.Hostname(), port)
 	if err != nil {
 		writeError(c, statusFor(err), refusal(err))
 		return false

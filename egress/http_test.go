@@ -228,12 +228,14 @@ func TestHTTPPipelined(t *testing.T) {
 	}
 }
 
+// TestHTTPMaxOps: the connection and each request on it cost an op; the
+// request past max_ops is refused and the meter's Done is closed.
 func TestHTTPMaxOps(t *testing.T) {
 	ok := newTarget(t, "allowed")
 	h := startProxy(t, harnessConfig{
 		hosts:   []string{ok.hostPort("allowed.test"), ok.hostPort("127.0.0.1")},
 		resolve: map[string]string{"allowed.test": "127.0.0.1"},
-		limits:  budget.Limits{Ops: 2},
+		limits:  budget.Limits{Ops: 3}, // one keep-alive connection, two requests
 	})
 	c := h.client(nil)
 	url := "http://" + ok.hostPort("allowed.test") + "/"
@@ -263,5 +265,10 @@ func TestHTTPMaxOps(t *testing.T) {
 	}
 	if _, err := h.p.Decide(t.Context(), "allowed.test", ok.port); !errors.Is(err, budget.ErrExhausted) {
 		t.Errorf("Decide after exhaustion = %v, want budget.ErrExhausted", err)
+	}
+	select {
+	case <-h.meter.Done():
+	default:
+		t.Error("the meter refused an op but its Done is open: the supervisor would not end the run")
 	}
 }

@@ -3,11 +3,13 @@ package egress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
@@ -26,11 +28,18 @@ type Dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
 
-// Default timeouts used when the Config leaves them zero.
+// Defaults used when the Config leaves a field zero.
 const (
 	DefaultIdleTimeout      = 2 * time.Minute
 	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxConns is what a sandbox of the default max_pids (64) gets:
+	// 4 connections per task (see sandbox.Config.MaxProxyConns).
+	DefaultMaxConns = 256
 )
+
+// RuleMaxConns is the rule of the denial for a connection closed because
+// MaxConns were open.
+const RuleMaxConns = "max_proxy_conns"
 
 // Config configures a Proxy. Policy and Meter are required; every other
 // zero field takes the documented default.
@@ -39,9 +48,12 @@ type Config struct {
 	// Required.
 	Policy *policy.Policy
 
-	// Meter is charged one op per forwarded HTTP request, CONNECT tunnel
-	// and SOCKS connect, before anything is resolved or dialed. When it is
-	// exhausted the request is refused. Required.
+	// Meter is charged one op per accepted client connection and one per
+	// decision (an HTTP request, a CONNECT, a SOCKS connect), granted or
+	// denied, before the decision is made: a program that provokes
+	// denials or holds connections spends its budget like one that makes
+	// requests. When it is exhausted the connection or request is refused
+	// and the meter's Done is closed; the supervisor ends the run. Required.
 	Meter *budget.Meter
 
 	// Audit receives one event per decision. Nil means audit.Discard.
@@ -70,10 +82,29 @@ type Config struct {
 	// direction. Zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
 
-	// HandshakeTimeout bounds reading a request head, a SOCKS5 handshake or
-	// a TLS ClientHello, and resolving a name. Zero means
+	// HandshakeTimeout is the one deadline, counted from accept, for a
+	// client to send a complete request head, SOCKS5 handshake or (after
+	// CONNECT) TLS ClientHello; bytes that trickle in do not extend it.
+	// The next request head on a keep-alive connection gets it again from
+	// its first byte. It also bounds resolving a name. Zero means
 	// DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+
+	// MaxConns bounds the client connections served at once, over every
+	// listener of the proxy. A connection accepted beyond it is closed at
+	// once, counted (Stats) and audited as a denial with rule
+	// RuleMaxConns. Each served connection costs the supervisor an fd
+	// (two while it tunnels) and a few KiB until its head is complete.
+	// Zero means DefaultMaxConns.
+	MaxConns int
+}
+
+// Stats counts the client connections a proxy accepted.
+type Stats struct {
+	Served     int64 // admitted and handed to a front end
+	OverCap    int64 // closed at once because MaxConns were open
+	OverBudget int64 // closed at once because the meter refused the op
+	Open       int   // being served now
 }
 
 // Proxy serves the sandbox's egress listeners. Create it with New; it is
@@ -88,6 +119,9 @@ type Proxy struct {
 	skipSNI   bool
 	idle      time.Duration
 	handshake time.Duration
+	maxConns  int
+
+	served, overCap, overBudget atomic.Int64
 
 	ctx    context.Context // cancelled by Close; parent of every decision and dial
 	cancel context.CancelFunc
@@ -97,6 +131,7 @@ type Proxy struct {
 	closed    bool                      // guarded by mu
 	listeners map[net.Listener]struct{} // guarded by mu
 	conns     map[net.Conn]struct{}     // guarded by mu; client and upstream conns
+	clients   int                       // guarded by mu; client conns in conns
 }
 
 // New checks cfg and returns a Proxy that serves nothing until
@@ -118,6 +153,7 @@ func New(cfg Config) (*Proxy, error) {
 		skipSNI:   cfg.SkipSNICheck,
 		idle:      cfg.IdleTimeout,
 		handshake: cfg.HandshakeTimeout,
+		maxConns:  cfg.MaxConns,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[net.Conn]struct{}),
 	}
@@ -138,6 +174,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if p.handshake <= 0 {
 		p.handshake = DefaultHandshakeTimeout
+	}
+	if p.maxConns <= 0 {
+		p.maxConns = DefaultMaxConns
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
@@ -170,9 +209,18 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
-// serve accepts connections on l and runs handle for each until l fails or
-// the proxy is closed. It returns nil when Close stopped it.
-func (p *Proxy) serve(l net.Listener, handle func(net.Conn)) error {
+// Stats returns the proxy's connection counts so far.
+func (p *Proxy) Stats() Stats {
+	p.mu.Lock()
+	open := p.clients
+	p.mu.Unlock()
+	return Stats{Served: p.served.Load(), OverCap: p.overCap.Load(), OverBudget: p.overBudget.Load(), Open: open}
+}
+
+// serve accepts connections on l and runs handle for each admitted one,
+// with the time it was accepted, until l fails or the proxy is closed. It
+// returns nil when Close stopped it.
+func (p *Proxy) serve(l net.Listener, handle func(c net.Conn, accepted time.Time)) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -186,6 +234,7 @@ func (p *Proxy) serve(l net.Listener, handle func(net.Conn)) error {
 		delete(p.listeners, l)
 		p.mu.Unlock()
 	}()
+	where := l.Addr().String()
 
 	var backoff time.Duration
 	for {
@@ -212,17 +261,64 @@ func (p *Proxy) serve(l net.Listener, handle func(net.Conn)) error {
 			}
 		}
 		backoff = 0
-		if !p.track(c) {
+		accepted := time.Now()
+		ok, closed := p.admit(c, where)
+		if closed {
 			return nil
+		}
+		if !ok {
+			continue
 		}
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			defer p.untrack(c)
+			defer p.release(c)
 			defer c.Close()
-			handle(c)
+			handle(c, accepted)
 		}()
 	}
+}
+
+// admit charges the op of an accepted client connection and registers it,
+// or closes it at once: when the meter refuses the op, or when MaxConns
+// client connections are open. The op is charged first, so that a client
+// that reconnects in a loop against a full proxy still spends its budget
+// and is ended by it. closed reports that the proxy is closed.
+func (p *Proxy) admit(c net.Conn, where string) (ok, closed bool) {
+	if err := p.meter.ChargeOp(); err != nil {
+		c.Close()
+		p.overBudget.Add(1)
+		p.denyBudget(opAccept, where, err)
+		return false, p.isClosed()
+	}
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		c.Close()
+		return false, true
+	case p.clients >= p.maxConns:
+		p.mu.Unlock()
+		c.Close()
+		p.overCap.Add(1)
+		p.emit(audit.Event{Kind: audit.Deny, Op: opAccept, Target: where, Rule: RuleMaxConns,
+			Message:    fmt.Sprintf("the sandbox already holds %d connections to the proxy, the most it may hold at once; this one was closed", p.maxConns),
+			Suggestion: "close proxy connections the program no longer uses, or open fewer at once"})
+		return false, false
+	}
+	p.clients++
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	p.served.Add(1)
+	return true, false
+}
+
+// release forgets a client connection admitted by admit.
+func (p *Proxy) release(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.clients--
+	p.mu.Unlock()
 }
 
 func (p *Proxy) isClosed() bool {

@@ -39,8 +39,10 @@ const (
 // Close stops it, or the listener's error.
 func (p *Proxy) ServeSOCKS5(l net.Listener) error { return p.serve(l, p.handleSOCKS) }
 
-func (p *Proxy) handleSOCKS(c net.Conn) {
-	c.SetDeadline(time.Now().Add(p.handshake))
+// handleSOCKS serves one SOCKS5 client: the whole handshake must be done by
+// accepted+handshake, however slowly its bytes arrive.
+func (p *Proxy) handleSOCKS(c net.Conn, accepted time.Time) {
+	c.SetDeadline(accepted.Add(p.handshake))
 	// The largest handshake is 2+255 bytes of greeting and 4+1+255+2 of
 	// request; the reader never buffers more than this.
 	br := bufio.NewReaderSize(c, 512)

@@ -166,7 +166,14 @@ func summarize(rep *Report) string {
 		fmt.Fprintf(&b, "error: %s\n", rep.Error)
 	}
 	for _, d := range rep.Denials {
-		b.WriteString(denialLine(d) + "\n")
+		line := denialLine(d)
+		if d.Count > 1 {
+			line = fmt.Sprintf("%s (%d times)", line, d.Count)
+		}
+		b.WriteString(line + "\n")
+	}
+	if n := rep.DenialCounts.Dropped; n > 0 {
+		fmt.Fprintf(&b, "%d more denials not itemized (%d in all)\n", n, rep.DenialCounts.Total)
 	}
 	section(&b, "stdout", rep.Stdout, rep.StdoutTruncated)
 	section(&b, "stderr", rep.Stderr, rep.StderrTruncated)

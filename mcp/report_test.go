@@ -16,10 +16,11 @@ func TestReportMatchesSandbox(t *testing.T) {
 	in := sandbox.Report{
 		ExitCode: 124, Signal: &sig, HaltedBy: &halted, DurationMS: 7, Stdout: "o", Stderr: "e",
 		StdoutTruncated: true, StderrTruncated: true,
-		Usage:       sandbox.Usage{CPUMS: 1, MaxMemoryBytes: 2, Ops: 3, OutputBytes: 4},
-		Denials:     []sandbox.Denial{{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "m", Suggestion: "s"}},
-		Error:       "err",
-		Enforcement: sandbox.Enforcement{Namespaces: true, Landlock: 7, Seccomp: true, Cgroup: "v1", Downgrades: []string{"max_cpu"}, FSDenials: "audit"},
+		Usage:        sandbox.Usage{CPUMS: 1, MaxMemoryBytes: 2, Ops: 3, OutputBytes: 4},
+		Denials:      []sandbox.Denial{{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "m", Suggestion: "s", Count: 7}},
+		DenialCounts: sandbox.DenialCounts{Total: 9, ByLayer: map[string]int64{"net": 9}, Dropped: 2},
+		Error:        "err",
+		Enforcement:  sandbox.Enforcement{Namespaces: true, Landlock: 7, Seccomp: true, Cgroup: "v1", Downgrades: []string{"max_cpu"}, FSDenials: "audit"},
 	}
 	want, err := json.Marshal(in)
 	if err != nil {

@@ -128,6 +128,9 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 	if rep.Denials == nil {
 		rep.Denials = []Denial{}
 	}
+	if rep.DenialCounts.ByLayer == nil {
+		rep.DenialCounts.ByLayer = map[string]int64{}
+	}
 	res := &sdk.CallToolResult{
 		Content: []sdk.Content{&sdk.TextContent{Text: summarize(rep)}},
 		IsError: rep.ExitCode != 0,
@@ -165,7 +168,10 @@ func runDenied(d *Denial) (*sdk.CallToolResult, RunOutput, error) {
 	if d.Layer == "budget" {
 		code, halted = 124, &d.Rule
 	}
-	out := RunOutput{Report: Report{ExitCode: code, HaltedBy: halted, Denials: []Denial{*d}, Error: d.Message}, Denied: d}
+	item := *d
+	item.Count = 1
+	counts := DenialCounts{Total: 1, ByLayer: map[string]int64{d.Layer: 1}}
+	out := RunOutput{Report: Report{ExitCode: code, HaltedBy: halted, Denials: []Denial{item}, DenialCounts: counts, Error: d.Message}, Denied: d}
 	return deniedResult(d), out, nil
 }
 

@@ -15,19 +15,20 @@ const (
 // --json`. Its fields are those of sandbox.Report; Session.Exec returns it
 // encoded.
 type Report struct {
-	ExitCode        int         `json:"exit_code"`
-	Signal          *int        `json:"signal" jsonschema:"the signal that killed the program, or null"`
-	HaltedBy        *string     `json:"halted_by" jsonschema:"the budget that halted the run (max_wall, max_output_bytes, max_cpu, max_memory, max_pids, max_ops), or null"`
-	DurationMS      int64       `json:"duration_ms"`
-	Stdout          string      `json:"stdout"`
-	Stderr          string      `json:"stderr"`
-	StdoutTruncated bool        `json:"stdout_truncated"`
-	StderrTruncated bool        `json:"stderr_truncated"`
-	Usage           Usage       `json:"usage"`
-	Denials         []Denial    `json:"denials" jsonschema:"operations refused during the run, each naming the grant that would allow it"`
-	Error           string      `json:"error,omitempty" jsonschema:"why nothing ran (exit codes 125, 126, 127)"`
-	Enforcement     Enforcement `json:"enforcement"`
-	Writes          *Writes     `json:"writes,omitempty" jsonschema:"what the copy back of fs_write grants did when the run ended: refused (protected) and failed paths are listed"`
+	ExitCode        int          `json:"exit_code"`
+	Signal          *int         `json:"signal" jsonschema:"the signal that killed the program, or null"`
+	HaltedBy        *string      `json:"halted_by" jsonschema:"the budget that halted the run (max_wall, max_output_bytes, max_cpu, max_memory, max_pids, max_ops), or null"`
+	DurationMS      int64        `json:"duration_ms"`
+	Stdout          string       `json:"stdout"`
+	Stderr          string       `json:"stderr"`
+	StdoutTruncated bool         `json:"stdout_truncated"`
+	StderrTruncated bool         `json:"stderr_truncated"`
+	Usage           Usage        `json:"usage"`
+	Denials         []Denial     `json:"denials" jsonschema:"the distinct operations refused during the run (at most 66), each naming the grant that would allow it and counting its repeats"`
+	DenialCounts    DenialCounts `json:"denial_counts" jsonschema:"every denial of the run, itemized in denials or not"`
+	Error           string       `json:"error,omitempty" jsonschema:"why nothing ran (exit codes 125, 126, 127)"`
+	Enforcement     Enforcement  `json:"enforcement"`
+	Writes          *Writes      `json:"writes,omitempty" jsonschema:"what the copy back of fs_write grants did when the run ended: refused (protected) and failed paths are listed"`
 }
 
 // Usage is what a run or session consumed.
@@ -47,6 +48,14 @@ type Denial struct {
 	Rule       string `json:"rule" jsonschema:"the grant or budget: fs_read, fs_write, net_hosts, allowed_tools, max_ops ..."`
 	Message    string `json:"message"`
 	Suggestion string `json:"suggestion,omitempty" jsonschema:"the smallest policy change that would allow it"`
+	Count      int64  `json:"count,omitempty" jsonschema:"in a report: how many times it happened"`
+}
+
+// DenialCounts counts every denial of a run, itemized or not.
+type DenialCounts struct {
+	Total   int64            `json:"total"`
+	ByLayer map[string]int64 `json:"by_layer" jsonschema:"total split by layer"`
+	Dropped int64            `json:"dropped" jsonschema:"denials counted in total but not itemized, because denials was full"`
 }
 
 // Enforcement says which layers held during a run.

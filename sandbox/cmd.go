@@ -55,6 +55,32 @@ type Config struct {
 	// KillGrace is how long the tree gets after SIGTERM at a deadline
 	// before SIGKILL. Zero means 200ms.
 	KillGrace time.Duration
+
+	// MaxProxyConns lowers the cap on connections the sandbox may hold to
+	// its egress proxy at once; connections beyond the cap are closed at
+	// once and reported as denials (rule max_proxy_conns). The cap is 4
+	// per max_pids task, at least 64 and at most 1024 (256 under the
+	// default max_pids of 64); a positive MaxProxyConns below that replaces
+	// it. Zero keeps it. `airlock serve` sets each session's share of its
+	// file descriptors here.
+	MaxProxyConns int
+}
+
+// proxyConnCap is the egress proxy's connection cap for a sandbox of
+// max_pids pids. A well-behaved task holds a few proxy connections at a
+// time (an HTTP client pools a handful per host; pip and browsers open
+// 6 to 10), so 4 per task is ample, and the sandbox cannot have more tasks
+// than max_pids. The floor keeps a parallel downloader working under a
+// tiny max_pids; the ceiling bounds what one sandbox costs the
+// supervisor, whose fds and memory are outside every sandbox limit: a
+// tunnelling connection holds 2 fds and about 70 KiB, so 1024 connections
+// are about 2048 fds and 70 MB.
+func proxyConnCap(pids int64, override int) int {
+	n := int(min(max(4*pids, 64), 1024))
+	if override > 0 && override < n {
+		n = override
+	}
+	return n
 }
 
 // Isolation levels (Config.Isolation).

@@ -293,7 +293,8 @@ func (ip *initProc) serveProxy(r *run, fds []int) {
 		r.log.Error("egress: expected 2 listener fds", "got", len(fds))
 		return
 	}
-	p, err := egress.New(egress.Config{Policy: r.c.Policy, Meter: r.meter, Audit: r.sink, Resolver: r.c.Resolver, Dialer: r.c.Dialer, Logger: r.log})
+	p, err := egress.New(egress.Config{Policy: r.c.Policy, Meter: r.meter, Audit: r.sink, Resolver: r.c.Resolver, Dialer: r.c.Dialer, Logger: r.log,
+		MaxConns: proxyConnCap(r.c.Policy.Budget().Pids, r.c.MaxProxyConns)})
 	if err != nil {
 		r.log.Error("egress", "err", err) // no proxy: the sandbox has no way out at all
 		return

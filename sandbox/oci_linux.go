@@ -296,6 +296,7 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 		}
 	}()
 	var waitErr error
+	meterDone := r.meter.Done() // a charge the container provoked blew the budget
 loop:
 	for {
 		select {
@@ -308,6 +309,10 @@ loop:
 		case <-stdout.halted:
 			kill()
 		case <-stderr.halted:
+			kill()
+		case <-meterDone:
+			meterDone = nil
+			r.halt("", haltReason(r.meter.HaltedBy()))
 			kill()
 		case waitErr = <-done:
 			break loop

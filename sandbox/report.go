@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"encoding/json"
+
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/writeback"
 )
@@ -8,16 +10,21 @@ import (
 // Report is the result of one run: what the agent gets back (DESIGN §4).
 // Its JSON form is the `--json` output, the API's and MCP's result.
 type Report struct {
-	ExitCode        int      `json:"exit_code"`
-	Signal          *int     `json:"signal"`
-	HaltedBy        *string  `json:"halted_by"`
-	DurationMS      int64    `json:"duration_ms"`
-	Stdout          string   `json:"stdout"`
-	Stderr          string   `json:"stderr"`
-	StdoutTruncated bool     `json:"stdout_truncated"`
-	StderrTruncated bool     `json:"stderr_truncated"`
-	Usage           Usage    `json:"usage"`
-	Denials         []Denial `json:"denials"`
+	ExitCode        int     `json:"exit_code"`
+	Signal          *int    `json:"signal"`
+	HaltedBy        *string `json:"halted_by"`
+	DurationMS      int64   `json:"duration_ms"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	Usage           Usage   `json:"usage"`
+	// Denials lists the distinct refused operations, in the order they
+	// first happened, each counting its repeats: at most
+	// audit.DefaultMaxDistinct, plus the first of up to
+	// audit.MaxExtraKinds further kinds. DenialCounts counts them all.
+	Denials      []Denial     `json:"denials"`
+	DenialCounts DenialCounts `json:"denial_counts"`
 	// Error explains exit code 125 (airlock refused or failed; nothing ran)
 	// and 126/127; empty otherwise.
 	Error string `json:"error,omitempty"`
@@ -47,6 +54,10 @@ type Usage struct {
 }
 
 // Denial is one refused operation, naming the grant that would allow it.
+// Denials with the same layer, op, target and rule are one Denial with a
+// Count; the message is the first one's. Target, Message and Suggestion
+// are cut at audit.MaxTargetBytes, MaxMessageBytes and MaxSuggestionBytes
+// with a marker such as "…[+2048 bytes]".
 type Denial struct {
 	Layer      string `json:"layer"`
 	Op         string `json:"op"`
@@ -54,6 +65,18 @@ type Denial struct {
 	Rule       string `json:"rule"`
 	Message    string `json:"message"`
 	Suggestion string `json:"suggestion,omitempty"`
+	Count      int64  `json:"count"` // how many times it happened, at least 1
+}
+
+// DenialCounts counts every denial of a run, itemized in Denials or not.
+type DenialCounts struct {
+	Total int64 `json:"total"`
+	// ByLayer splits Total by layer (fs, net, exec, budget, kernel, tool);
+	// layers without denials are absent.
+	ByLayer map[string]int64 `json:"by_layer"`
+	// Dropped is how many of Total are not itemized in Denials because it
+	// already held the most distinct denials a report keeps.
+	Dropped int64 `json:"dropped"`
 }
 
 // Enforcement says which layers held during the run.
@@ -67,6 +90,25 @@ type Enforcement struct {
 	FSDenials string `json:"fs_denials"`
 }
 
-func denialFromEvent(e audit.Event) Denial {
-	return Denial{Layer: e.Layer, Op: e.Op, Target: e.Target, Rule: e.Rule, Message: e.Message, Suggestion: e.Suggestion}
+// MarshalJSON writes ByLayer as an object even when it is nil.
+func (c DenialCounts) MarshalJSON() ([]byte, error) {
+	type plain DenialCounts // without this method
+	if c.ByLayer == nil {
+		c.ByLayer = map[string]int64{}
+	}
+	return json.Marshal(plain(c))
+}
+
+// denialsFrom converts a DenialLog's summary to the report's form; the
+// list is never nil.
+func denialsFrom(s audit.Summary) ([]Denial, DenialCounts) {
+	ds := make([]Denial, 0, len(s.Denials))
+	for _, t := range s.Denials {
+		ds = append(ds, Denial{Layer: t.Layer, Op: t.Op, Target: t.Target, Rule: t.Rule, Message: t.Message, Suggestion: t.Suggestion, Count: t.Count})
+	}
+	return ds, countsFrom(s.Counts)
+}
+
+func countsFrom(c audit.Counts) DenialCounts {
+	return DenialCounts{Total: c.Total, ByLayer: c.ByLayer, Dropped: c.Dropped}
 }

@@ -53,7 +53,7 @@ func (c *Cmd) Plan() (*plan.Plan, error) {
 type run struct {
 	c      *Cmd
 	meter  *budget.Meter
-	rec    audit.Recorder
+	rec    audit.DenialLog // the report's denials; allow events are not kept
 	sink   audit.Sink
 	log    *slog.Logger
 	start  time.Time
@@ -119,9 +119,7 @@ func (r *run) refuse(code int, err error) *Report {
 
 func (r *run) finish() {
 	r.report.DurationMS = time.Since(r.start).Milliseconds()
-	for _, e := range r.rec.Denials() {
-		r.report.Denials = append(r.report.Denials, denialFromEvent(e))
-	}
+	r.report.Denials, r.report.DenialCounts = denialsFrom(r.rec.Take())
 	if r.meter != nil {
 		r.report.Usage.Ops, r.report.Usage.OutputBytes = r.meter.Usage()
 	}
@@ -176,6 +174,7 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 	defer timer.Stop()
 	var exitMsg, stageErr *nsinit.Message
 	live := (<-chan nsinit.Message)(ip.msgs)
+	meterDone := r.meter.Done() // a charge the sandbox provoked blew the budget
 	for {
 		select {
 		case m, ok := <-live:
@@ -204,6 +203,11 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 			ip.kill()
 			continue
 		case <-stderr.halted:
+			ip.kill()
+			continue
+		case <-meterDone:
+			meterDone = nil // closed for good; kill once
+			r.halt("", haltReason(r.meter.HaltedBy()))
 			ip.kill()
 			continue
 		case <-ip.exited:
@@ -295,6 +299,15 @@ func (r *run) halt(l budget.Limit, msg string) {
 		r.haltMsg = msg
 	}
 	r.mu.Unlock()
+}
+
+// haltReason explains a halt that the meter noticed (a refused charge)
+// rather than the supervisor.
+func haltReason(l budget.Limit) string {
+	if l == budget.MaxOps {
+		return "the run reached max_ops (each connection to the egress proxy and each request it decides, granted or denied, is one op) and was killed with everything it started"
+	}
+	return "the run reached " + string(l) + " and was killed with everything it started"
 }
 
 func (r *run) haltMessage() string {

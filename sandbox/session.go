@@ -42,4 +42,10 @@ type SessionInfo struct {
 	Workspace string    `json:"workspace"` // first fs_write grant, "" if none
 	Usage     Usage     `json:"usage"`
 	Execs     int       `json:"execs"`
+	// PendingDenials are the denials since the last exec's report, such as
+	// those of a background process between execs (bounded like a
+	// report's); the next exec's report carries them.
+	PendingDenials []Denial `json:"pending_denials"`
+	// DenialCounts counts every denial since the session started.
+	DenialCounts DenialCounts `json:"denial_counts"`
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/plan"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -43,7 +42,6 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 	}
 
 	start := time.Now()
-	mark := len(s.r.rec.Events())
 	// Each exec has its own output budget and deadline; ops are the session's.
 	wall := time.Until(s.r.meter.Deadline())
 	if req.Timeout > 0 && req.Timeout < wall {
@@ -58,11 +56,10 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		// exec may appear in the next exec's report.
 		s.r.fs.emit(s.r, false)
 		e.report.DurationMS = time.Since(start).Milliseconds()
-		for _, ev := range s.r.rec.Events()[mark:] {
-			if ev.Kind == audit.Deny {
-				e.report.Denials = append(e.report.Denials, denialFromEvent(ev))
-			}
-		}
+		// Everything denied since the previous exec's report, including
+		// what background processes provoked between execs; concurrent
+		// execs split the denials between them, each reported once.
+		e.report.Denials, e.report.DenialCounts = denialsFrom(s.r.rec.Take())
 		e.report.Usage.Ops, _ = s.r.meter.Usage()
 		_, e.report.Usage.OutputBytes = e.meter.Usage()
 	}()
@@ -222,6 +219,7 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 		}
 	}
 	killed := false
+	sessionHalted := s.r.meter.Done() // the session's ops ran out: the session ends too
 	for exit == nil {
 		select {
 		case m := <-msgs:
@@ -246,6 +244,10 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 		case <-stderr.halted:
 			killed = true
 			kill("", "")
+		case <-sessionHalted:
+			sessionHalted = nil
+			killed = true
+			kill(s.r.meter.HaltedBy(), "the session's "+string(s.r.meter.HaltedBy())+" ran out, so the exec was killed and the session ends")
 		case <-s.done:
 			e.halt(s.r.meter.HaltedBy(), "the session ended")
 			exit = &nsinit.Message{Type: "exit", Code: 125, Error: "the session ended during the exec"}

@@ -174,6 +174,7 @@ func (s *Session) supervise(ctx context.Context) {
 			continue
 		case <-timer.C:
 			s.r.halt(budget.MaxWall, "the session passed max_wall and was ended with everything running in it")
+		case <-s.r.meter.Done(): // a blown budget (max_ops) ends the session
 		case <-ctx.Done():
 		case <-s.ip.exited:
 		case <-s.closing():
@@ -225,6 +226,8 @@ func (s *Session) Info() SessionInfo {
 		info.Workspace = w[0]
 	}
 	info.Usage.Ops, info.Usage.OutputBytes = s.r.meter.Usage()
+	info.PendingDenials, _ = denialsFrom(s.r.rec.Pending())
+	info.DenialCounts = countsFrom(s.r.rec.Totals())
 	if g := s.ip.lim.group; g != nil {
 		if u, err := g.Usage(); err == nil {
 			info.Usage.CPUMS, info.Usage.MaxMemoryBytes = u.CPU.Milliseconds(), u.MemoryPeak

@@ -79,6 +79,32 @@ type Info struct {
 	Workspace string    // first fs_write grant; "" when there is none
 	Usage     Usage     // what the session has consumed so far
 	Execs     int       // execs run so far
+
+	// PendingDenials are the denials not yet in an exec's report (those
+	// of background processes between execs), bounded like a report's.
+	PendingDenials []Denial
+	// DenialCounts counts every denial since the session started.
+	DenialCounts DenialCounts
+}
+
+// Denial is one distinct refused operation. Its fields are those of
+// sandbox.Denial, so that cmd/airlock converts one into the other.
+type Denial struct {
+	Layer      string `json:"layer"`
+	Op         string `json:"op"`
+	Target     string `json:"target"`
+	Rule       string `json:"rule"`
+	Message    string `json:"message"`
+	Suggestion string `json:"suggestion,omitempty"`
+	Count      int64  `json:"count"`
+}
+
+// DenialCounts counts denials, itemized or not. Its fields are those of
+// sandbox.DenialCounts, so that cmd/airlock converts one into the other.
+type DenialCounts struct {
+	Total   int64            `json:"total"`
+	ByLayer map[string]int64 `json:"by_layer"` // nil is sent as {}
+	Dropped int64            `json:"dropped"`
 }
 
 // Usage is what a session has consumed. Its fields are those of

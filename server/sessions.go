@@ -39,6 +39,9 @@ type sessionJSON struct {
 	Workspace    string    `json:"workspace"`
 	Execs        int       `json:"execs"`
 	Usage        Usage     `json:"usage"`
+	// PendingDenials and DenialCounts are as in Info; never null.
+	PendingDenials []Denial     `json:"pending_denials"`
+	DenialCounts   DenialCounts `json:"denial_counts"`
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
@@ -287,14 +290,22 @@ func (s *Server) describe(e *entry, info Info) sessionJSON {
 	s.mu.Lock()
 	last := e.lastUse
 	s.mu.Unlock()
+	if info.PendingDenials == nil {
+		info.PendingDenials = []Denial{}
+	}
+	if info.DenialCounts.ByLayer == nil {
+		info.DenialCounts.ByLayer = map[string]int64{}
+	}
 	return sessionJSON{
-		ID:           e.id,
-		Created:      info.Created,
-		Deadline:     info.Deadline,
-		IdleDeadline: last.Add(s.cfg.Idle),
-		Workspace:    e.workspace,
-		Execs:        info.Execs,
-		Usage:        info.Usage,
+		ID:             e.id,
+		Created:        info.Created,
+		Deadline:       info.Deadline,
+		IdleDeadline:   last.Add(s.cfg.Idle),
+		Workspace:      e.workspace,
+		Execs:          info.Execs,
+		Usage:          info.Usage,
+		PendingDenials: info.PendingDenials,
+		DenialCounts:   info.DenialCounts,
 	}
 }
 

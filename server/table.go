@@ -11,7 +11,7 @@ import (
 const (
 	endDestroyed = "destroyed"
 	endIdle      = "idle timeout"
-	endDeadline  = "deadline reached or sandbox ended"
+	endDeadline  = "max_wall or max_ops ran out, or the sandbox ended"
 	endShutdown  = "server shutdown"
 )
 

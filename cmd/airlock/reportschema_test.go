@@ -32,6 +32,7 @@ type schemaNode struct {
 	Minimum              *float64               `json:"minimum"`
 	Maximum              *float64               `json:"maximum"`
 	MinLength            *int                   `json:"minLength"`
+	MaxItems             *int                   `json:"maxItems"`
 	Defs                 map[string]*schemaNode `json:"$defs"`
 	Schema               string                 `json:"$schema"`
 }
@@ -137,6 +138,9 @@ func TestReportSchemaMatchesType(t *testing.T) {
 	if got := root.Defs["denial"].Properties["layer"].Enum; !slices.Equal(got, layers) {
 		t.Errorf("denial.layer enum = %v, want %v", got, layers)
 	}
+	if mi := root.Properties["denials"].MaxItems; mi == nil || *mi != audit.DefaultMaxDistinct+audit.MaxExtraKinds {
+		t.Errorf("denials maxItems = %v, want audit.DefaultMaxDistinct+MaxExtraKinds (%d)", mi, audit.DefaultMaxDistinct+audit.MaxExtraKinds)
+	}
 	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite)}
 	if got := root.Defs["limit"].Enum; !slices.Equal(got, limits) {
 		t.Errorf("limit enum = %v, want %v", got, limits)
@@ -178,6 +182,9 @@ func (root *schemaNode) validate(path string, n *schemaNode, v any) []string {
 			bad = append(bad, fmt.Sprintf("%s: %q shorter than %d", path, v, *n.MinLength))
 		}
 	case []any:
+		if n.MaxItems != nil && len(v) > *n.MaxItems {
+			bad = append(bad, fmt.Sprintf("%s: %d items, more than %d", path, len(v), *n.MaxItems))
+		}
 		for i, e := range v {
 			bad = append(bad, root.validate(fmt.Sprintf("%s[%d]", path, i), n.Items, e)...)
 		}
@@ -285,6 +292,10 @@ func TestReportSchemaValidatesRealReports(t *testing.T) {
 		strings.Replace(validReportJSON, `"stdout": ""`, `"stdout": "", "extra": 1`, 1),
 		strings.Replace(validReportJSON, `"exit_code": 0`, `"exit_code": 1.5`, 1),
 		strings.Replace(validReportJSON, `"cpu_ms": 0`, `"cpu": 0`, 1),
+		strings.Replace(validReportJSON, `"by_layer": {}`, `"by_layer": {"net": 0}`, 1),
+		strings.Replace(validReportJSON, `"by_layer": {}`, `"by_layer": {"dns": 3}`, 1),
+		strings.Replace(validReportJSON, `"denials": []`, `"denials": [`+strings.Repeat(`{"layer": "net", "op": "connect", "target": "t", "rule": "net_hosts", "message": "m", "count": 1},`, 66)+`{"layer": "net", "op": "connect", "target": "t", "rule": "net_hosts", "message": "m", "count": 1}]`, 1),
+		strings.Replace(validReportJSON, `"denials": []`, `"denials": [{"layer": "net", "op": "connect", "target": "t", "rule": "net_hosts", "message": "m"}]`, 1),
 	} {
 		var v any
 		if err := json.Unmarshal([]byte(bad), &v); err != nil {
@@ -306,4 +317,5 @@ func TestReportSchemaValidatesRealReports(t *testing.T) {
 const validReportJSON = `{"exit_code": 0, "signal": null, "halted_by": null, "duration_ms": 5, "stdout": "", "stderr": "",
  "stdout_truncated": false, "stderr_truncated": false,
  "usage": {"cpu_ms": 0, "max_memory_bytes": 0, "ops": 0, "output_bytes": 0, "write_bytes": 0},
- "denials": [], "enforcement": {"namespaces": true, "landlock_abi": 7, "seccomp": true, "fs_denials": ""}}`
+ "denials": [], "denial_counts": {"total": 0, "by_layer": {}, "dropped": 0},
+ "enforcement": {"namespaces": true, "landlock_abi": 7, "seccomp": true, "fs_denials": ""}}`

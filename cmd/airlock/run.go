@@ -47,8 +47,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", errText(err))
 		return 125
 	}
-	var rec audit.Recorder
-	sinks := audit.Tee{&rec}
+	var halt haltSink // only the halt, for the summary: a flood of other events must not grow memory
+	sinks := audit.Tee{&halt}
 	var jsonl *audit.JSONL
 	if *auditFile != "" {
 		// The log holds host paths and hosts the command tried: keep it private.
@@ -79,7 +79,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return 125
 		}
 	} else {
-		summary{rep: rep, halt: haltEvent(rec.Events()), color: colorFor(stderr, os.Getenv)}.write(stderr)
+		summary{rep: rep, halt: halt.event(), color: colorFor(stderr, os.Getenv)}.write(stderr)
 	}
 	if jsonl != nil && jsonl.Err() != nil {
 		fmt.Fprintf(stderr, "airlock run: --audit %s: %s: the audit log is incomplete\n", termtext.Field(*auditFile), errText(jsonl.Err()))

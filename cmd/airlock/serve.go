@@ -57,6 +57,12 @@ The token file holds one token per line; blank lines and lines starting
 with # are skipped. A line "TOKEN ceiling=FILE" gives that token its own
 ceiling in place of --ceiling (FILE relative to the token file's folder).
 
+File descriptors: a quarter of RLIMIT_NOFILE (at least 256) is kept for
+the API; the rest is shared evenly by the most sessions that can be live
+(--max-sessions per token), and caps the connections each session's
+sandbox may hold to its egress proxy (2 fds each). The split is logged at
+start; serve refuses to start when a session would get fewer than 16.
+
 examples:
   AIRLOCK_TOKEN=$(head -c 24 /dev/urandom | base64) airlock serve --listen 127.0.0.1:8080
   airlock serve --listen 0.0.0.0:8080 --token-file /etc/airlock/tokens --ceiling /etc/airlock/ceiling.yaml --policy-dir /etc/airlock/policies`
@@ -144,7 +150,17 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	nofile, err := nofileLimit()
+	if err != nil {
+		return fail("%v", err)
+	}
+	quota, err := serveFDQuota(nofile, *maxSessions*max(1, len(tokens)))
+	if err != nil {
+		return fail("%v", err)
+	}
+
 	log := newLogger(stderr)
+	log.Info("file descriptors", "nofile", quota.nofile, "api_reserve", quota.reserve, "sessions", quota.sessions, "proxy_conns_per_session", quota.conns)
 	var sink audit.Sink
 	if *auditFile != "" {
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -155,7 +171,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
 	srv, err := server.New(server.Config{
-		NewSession:     serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit}),
+		NewSession:     serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns}),
 		Tokens:         tokens,
 		InsecureNoAuth: *noAuth,
 		PolicyDir:      dir,
@@ -335,5 +351,10 @@ func (s serveSession) Exec(ctx context.Context, req server.ExecRequest) (json.Ra
 
 func (s serveSession) Info() server.Info {
 	i := s.Session.Info()
-	return server.Info{ID: i.ID, Created: i.Created, Deadline: i.Deadline, Workspace: i.Workspace, Usage: server.Usage(i.Usage), Execs: i.Execs}
+	pending := make([]server.Denial, 0, len(i.PendingDenials))
+	for _, d := range i.PendingDenials {
+		pending = append(pending, server.Denial(d))
+	}
+	return server.Info{ID: i.ID, Created: i.Created, Deadline: i.Deadline, Workspace: i.Workspace, Usage: server.Usage(i.Usage), Execs: i.Execs,
+		PendingDenials: pending, DenialCounts: server.DenialCounts(i.DenialCounts)}
 }

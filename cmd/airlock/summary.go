@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
@@ -52,10 +53,16 @@ func (s summary) write(w io.Writer) {
 			break
 		}
 		line := fmt.Sprintf("airlock: %s %s %s (%s): %s", paint(sgrRed, "denied"), f(d.Op), f(d.Target), f(d.Rule), f(d.Message))
+		if d.Count > 1 {
+			line = fmt.Sprintf("airlock: %s %d times: %s %s (%s): %s", paint(sgrRed, "denied"), d.Count, f(d.Op), f(d.Target), f(d.Rule), f(d.Message))
+		}
 		if d.Suggestion != "" {
 			line += "; to allow it: " + paint(sgrCyan, f(d.Suggestion))
 		}
 		fmt.Fprintln(w, line)
+	}
+	if n := rep.DenialCounts.Dropped; n > 0 {
+		fmt.Fprintf(w, "airlock: %s %d more times, not itemized (%d denials in all)\n", paint(sgrRed, "denied"), n, rep.DenialCounts.Total)
 	}
 	if rep.HaltedBy != nil {
 		line := fmt.Sprintf("airlock: %s by %s after %d ms (exit 124)", paint(sgrYellow, "halted"), f(*rep.HaltedBy), rep.DurationMS)
@@ -79,14 +86,28 @@ func (s summary) write(w io.Writer) {
 	}
 }
 
-// haltEvent returns the last Halt event of events, or nil.
-func haltEvent(events []audit.Event) *audit.Event {
-	for i := len(events) - 1; i >= 0; i-- {
-		if events[i].Kind == audit.Halt {
-			return &events[i]
-		}
+// haltSink keeps the last Halt event it receives and drops every other
+// event (the --audit file keeps those).
+type haltSink struct {
+	mu   sync.Mutex
+	last *audit.Event // guarded by mu
+}
+
+// Emit keeps e if it is a Halt.
+func (h *haltSink) Emit(e audit.Event) {
+	if e.Kind != audit.Halt {
+		return
 	}
-	return nil
+	h.mu.Lock()
+	h.last = &e
+	h.mu.Unlock()
+}
+
+// event returns the last Halt event, or nil.
+func (h *haltSink) event() *audit.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
 }
 
 // colorFor reports whether the summary written to w may use colour: w is

@@ -106,7 +106,7 @@ func TestAttackTerminalInjection(t *testing.T) {
 			found = found || d.Target == "["+evilHost+"]:443"
 		}
 		if !found {
-			t.Errorf("--json report lacks the denial of the hostile host with its exact bytes; denials: %+q", rep.Denials)
+			t.Errorf("--json report lacks the denial of the hostile host with its exact bytes; denials: %+v", rep.Denials)
 		}
 	})
 }

@@ -115,11 +115,13 @@ func (e *ExhaustedError) Error() string {
 func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
 
 // Meter enforces the counted budgets (ops, output bytes, deadline) of one run
-// or session. It is safe for concurrent use. Once halted it stays halted.
+// or session. It is safe for concurrent use. Once halted it stays halted,
+// and Done is closed so that the supervisor can stop the run.
 type Meter struct {
 	limits   Limits
 	clock    Clock
 	deadline time.Time
+	done     chan struct{} // closed by the first halt
 
 	mu     sync.Mutex
 	ops    int64 // guarded by mu
@@ -134,7 +136,7 @@ func NewMeter(limits Limits, clock Clock) *Meter {
 		clock = SystemClock{}
 	}
 	limits = limits.WithDefaults()
-	return &Meter{limits: limits, clock: clock, deadline: clock.Now().Add(limits.Wall)}
+	return &Meter{limits: limits, clock: clock, deadline: clock.Now().Add(limits.Wall), done: make(chan struct{})}
 }
 
 // Limits returns the meter's limits.
@@ -146,9 +148,19 @@ func (m *Meter) Deadline() time.Time { return m.deadline }
 func (m *Meter) haltLocked(l Limit) error {
 	if m.halted == "" {
 		m.halted = l
+		close(m.done)
 	}
 	return &ExhaustedError{Limit: m.halted}
 }
+
+// Done returns a channel that is closed when the meter halts, whatever the
+// limit: a charge refused by max_ops or max_output_bytes, Halt, or a passed
+// deadline noticed by a charge, Check or HaltedBy. The meter never notices
+// its deadline on its own; the supervisor runs its own timer for max_wall.
+// A halted meter refuses every later op, but the ops that were refused may
+// have been refused in a loop: the supervisor must end the run when Done
+// is closed rather than let it go on asking.
+func (m *Meter) Done() <-chan struct{} { return m.done }
 
 // checkLocked returns the halt error if the meter is halted or the deadline passed.
 func (m *Meter) checkLocked() error {

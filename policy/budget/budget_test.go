@@ -285,3 +285,77 @@ func TestExhaustedErrorMessage(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
+
+// TestDoneClosesOnFirstHalt: every way of halting closes Done exactly once
+// (a second close would panic), and nothing else closes it.
+func TestDoneClosesOnFirstHalt(t *testing.T) {
+	tests := []struct {
+		name string
+		halt func(m *budget.Meter, c *airtest.FakeClock)
+		want budget.Limit
+	}{
+		{"ops", func(m *budget.Meter, _ *airtest.FakeClock) {
+			for m.ChargeOp() == nil {
+			}
+		}, budget.MaxOps},
+		{"output", func(m *budget.Meter, _ *airtest.FakeClock) { _, _ = m.ChargeOutput(11) }, budget.MaxOutputBytes},
+		{"halt", func(m *budget.Meter, _ *airtest.FakeClock) { m.Halt(budget.MaxMemory) }, budget.MaxMemory},
+		{"deadline-check", func(m *budget.Meter, c *airtest.FakeClock) { c.Advance(time.Minute); _ = m.Check() }, budget.MaxWall},
+		{"deadline-charge", func(m *budget.Meter, c *airtest.FakeClock) { c.Advance(time.Minute); _ = m.ChargeOp() }, budget.MaxWall},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := airtest.NewFakeClock(epoch)
+			m := budget.NewMeter(budget.Limits{Ops: 2, OutputBytes: 10, Wall: time.Second}, c)
+			// Charges within the budget leave Done open.
+			if err := m.ChargeOp(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.ChargeOutput(5); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-m.Done():
+				t.Fatal("Done is closed before any halt")
+			default:
+			}
+			tt.halt(m, c)
+			select {
+			case <-m.Done():
+			default:
+				t.Fatalf("Done is open after %s halted the meter", tt.name)
+			}
+			// Later halts of every kind do not close it again (that would panic).
+			m.Halt(budget.MaxCPU)
+			_ = m.ChargeOp()
+			_, _ = m.ChargeOutput(100)
+			c.Advance(time.Hour)
+			_ = m.Check()
+			if got := m.HaltedBy(); got != tt.want {
+				t.Errorf("HaltedBy() = %q, want %q (the first halt wins)", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDoneConcurrentHalts: many goroutines blowing the budget at once close
+// Done once.
+func TestDoneConcurrentHalts(t *testing.T) {
+	m := budget.NewMeter(budget.Limits{Ops: 10}, airtest.NewFakeClock(epoch))
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			for range 10 {
+				_ = m.ChargeOp()
+				if i%4 == 0 {
+					m.Halt(budget.MaxPids)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	<-m.Done()
+	if m.HaltedBy() == "" {
+		t.Error("Done is closed but HaltedBy is empty")
+	}
+}
