@@ -144,6 +144,20 @@ while True:
 	}
 }
 
+// TestBudgetForkBombQuickExit: a shell that exits as soon as a fork fails
+// (the way dash does) is halted by max_pids every time, however quickly it
+// ends: the kernel's counter decides, not a poll that may come too late.
+func TestBudgetForkBombQuickExit(t *testing.T) {
+	requireSandbox(t)
+	airtest.RequireCgroupV1(t, "pids")
+	for i := range 20 {
+		rep := sh(t, policy.Spec{Budget: budget.Limits{Pids: 64, Wall: 30 * time.Second}}, `while :; do sleep 30 & done`, "sleep")
+		if rep.HaltedBy == nil || *rep.HaltedBy != string(budget.MaxPids) || rep.ExitCode != 124 {
+			t.Fatalf("try %d: halted_by = %v, exit %d; want max_pids, exit 124 every time\nstderr: %s", i+1, rep.HaltedBy, rep.ExitCode, rep.Stderr)
+		}
+	}
+}
+
 func TestBudgetCPU(t *testing.T) {
 	requireSandbox(t)
 	rep := py(t, policy.Spec{Budget: budget.Limits{CPU: time.Second, Wall: 20 * time.Second}}, `

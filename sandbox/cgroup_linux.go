@@ -102,8 +102,16 @@ func (l *limits) finish(r *run) {
 }
 
 func (l *limits) finishOnce(r *run) {
-	if ev, err := l.group.Events(); err == nil && ev.OOMKills > 0 {
-		r.halt(budget.MaxMemory, "a process reached max_memory and was killed by the kernel")
+	// The kernel's own counters decide, once everything is dead: a run
+	// that hit a limit is halted even when it ended before the watcher's
+	// next look (a shell exits at once when a fork fails).
+	if ev, err := l.group.Events(); err == nil {
+		if ev.PidsMaxHits > 0 {
+			r.halt(budget.MaxPids, "the process tree reached max_pids: a fork was refused, and the run was stopped")
+		}
+		if ev.OOMKills > 0 {
+			r.halt(budget.MaxMemory, "a process reached max_memory and was killed by the kernel")
+		}
 	}
 	if u, err := l.group.Usage(); err == nil {
 		r.report.Usage.MaxMemoryBytes = u.MemoryPeak

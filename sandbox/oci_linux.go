@@ -297,14 +297,16 @@ func (r *run) execOCI(ctx context.Context, pl *plan.Plan) {
 	}()
 	var waitErr error
 	meterDone := r.meter.Done() // a charge the container provoked blew the budget
+	cancelled := ctx.Done()
 loop:
 	for {
 		select {
 		case <-timer.C:
 			r.halt(budget.MaxWall, "the run passed max_wall and the container was killed")
 			kill()
-		case <-ctx.Done():
-			r.halt("", "the caller cancelled the run")
+		case <-cancelled:
+			cancelled = nil
+			r.halt(budget.Interrupted, "the caller stopped the run ("+context.Cause(ctx).Error()+"): the container was killed")
 			kill()
 		case <-stdout.halted:
 			kill()

@@ -175,6 +175,7 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 	var exitMsg, stageErr *nsinit.Message
 	live := (<-chan nsinit.Message)(ip.msgs)
 	meterDone := r.meter.Done() // a charge the sandbox provoked blew the budget
+	cancelled := ctx.Done()
 	for {
 		select {
 		case m, ok := <-live:
@@ -195,8 +196,9 @@ func (r *run) exec(ctx context.Context, pl *plan.Plan) {
 			r.halt(budget.MaxWall, "the run passed max_wall and was killed with everything it started")
 			ip.kill()
 			continue
-		case <-ctx.Done():
-			r.halt("", "the caller cancelled the run")
+		case <-cancelled:
+			cancelled = nil // closed for good; kill once
+			r.halt(budget.Interrupted, "the caller stopped the run ("+context.Cause(ctx).Error()+"): everything it started was killed")
 			ip.kill()
 			continue
 		case <-stdout.halted:
@@ -273,7 +275,12 @@ func (r *run) reportHalt() bool {
 	s := string(h)
 	r.report.HaltedBy = &s
 	r.report.ExitCode = 124
-	r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Halt, Layer: audit.LayerBudget, Rule: s, Message: r.haltMessage(), Suggestion: "raise " + s + " in the policy's budget if the work needs more"})
+	suggestion := "raise " + s + " in the policy's budget if the work needs more"
+	if h == budget.Interrupted {
+		suggestion = "" // the caller stopped it: no budget to raise
+		r.report.Error = r.haltMessage()
+	}
+	r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Halt, Layer: audit.LayerBudget, Rule: s, Message: r.haltMessage(), Suggestion: suggestion})
 	return true
 }
 

@@ -220,6 +220,8 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 	}
 	killed := false
 	sessionHalted := s.r.meter.Done() // the session's ops ran out: the session ends too
+	cancelled := ctx.Done()
+	outHalted, errHalted := stdout.halted, stderr.halted
 	for exit == nil {
 		select {
 		case m := <-msgs:
@@ -235,13 +237,16 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 		case <-timer.C:
 			killed = true
 			kill(budget.MaxWall, "the exec passed its timeout and was killed; the session goes on")
-		case <-ctx.Done():
+		case <-cancelled:
+			cancelled = nil // closed for good; kill once
+			killed = true
+			kill(budget.Interrupted, "the caller stopped the exec ("+context.Cause(ctx).Error()+"): it was killed; the session goes on")
+		case <-outHalted:
+			outHalted = nil // receives once; kill once
 			killed = true
 			kill("", "")
-		case <-stdout.halted:
-			killed = true
-			kill("", "")
-		case <-stderr.halted:
+		case <-errHalted:
+			errHalted = nil
 			killed = true
 			kill("", "")
 		case <-sessionHalted:
@@ -265,11 +270,6 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 	e.report.Stdout, e.report.StdoutTruncated = stdout.result()
 	e.report.Stderr, e.report.StderrTruncated = stderr.result()
 	if e.reportHalt() {
-		return
-	}
-	if ctx.Err() != nil {
-		e.report.ExitCode = 125
-		e.report.Error = "the caller cancelled the exec: " + ctx.Err().Error()
 		return
 	}
 	e.exitStatus(*exit, argv[0])

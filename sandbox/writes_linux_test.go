@@ -270,7 +270,7 @@ func TestAttackNestedGrantSwapRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSession(t, policy.Spec{FSWrite: []string{ws}, FSRead: []string{filepath.Join(ws, "a/data")}, AllowedTools: []string{"sh", "mv", "ln", "rm"},
-		Budget: budget.Limits{Ops: 1_000_000}})
+		Budget: budget.Limits{Ops: 1_000_000, OutputBytes: 64 << 20}})
 	// Swap the ancestor back and forth in the background for the whole test.
 	rep := execIn(t, s, sandbox.ExecRequest{Args: []string{"sh", "-c", `cd ` + ws + ` && (while :; do mv a a.orig 2>/dev/null; ln -s ` + filepath.Dir(hostDir) + ` a 2>/dev/null; rm -f a 2>/dev/null; mv a.orig a 2>/dev/null; done) >/dev/null 2>&1 &`}})
 	wantExit(t, rep, 0)

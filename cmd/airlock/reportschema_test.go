@@ -141,7 +141,7 @@ func TestReportSchemaMatchesType(t *testing.T) {
 	if mi := root.Properties["denials"].MaxItems; mi == nil || *mi != audit.DefaultMaxDistinct+audit.MaxExtraKinds {
 		t.Errorf("denials maxItems = %v, want audit.DefaultMaxDistinct+MaxExtraKinds (%d)", mi, audit.DefaultMaxDistinct+audit.MaxExtraKinds)
 	}
-	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite)}
+	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite), string(budget.Interrupted)}
 	if got := root.Defs["limit"].Enum; !slices.Equal(got, limits) {
 		t.Errorf("limit enum = %v, want %v", got, limits)
 	}

@@ -1,15 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
+	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -61,17 +59,23 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		jsonl = audit.NewJSONL(termtext.NewJSONWriter(f)) // an operator may cat it on a terminal
 		sinks = append(sinks, jsonl)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	in := newInterrupt()
+	defer in.stop()
+	restoreTerminal := saveTerminal(int(os.Stdin.Fd()))
+	defer restoreTerminal()
 	// FSAudit is opt-in: it changes a host-wide setting (kernel audit) and costs time per run.
 	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: *fsAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: pf.cwd, CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}
-	rep, err := cmd.Run(ctx)
+	rep, err := cmd.Run(in.ctx)
+	restoreTerminal()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock run: %s\n", errText(err))
 		return 125
+	}
+	if code := in.exitCode(); code != 0 && rep.HaltedBy != nil && *rep.HaltedBy == string(budget.Interrupted) {
+		rep.ExitCode = code // what a shell reports for a command killed by that signal
 	}
 	if *asJSON {
 		if err := writeJSON(stdout, rep); err != nil {

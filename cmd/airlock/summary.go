@@ -65,7 +65,7 @@ func (s summary) write(w io.Writer) {
 		fmt.Fprintf(w, "airlock: %s %d more times, not itemized (%d denials in all)\n", paint(sgrRed, "denied"), n, rep.DenialCounts.Total)
 	}
 	if rep.HaltedBy != nil {
-		line := fmt.Sprintf("airlock: %s by %s after %d ms (exit 124)", paint(sgrYellow, "halted"), f(*rep.HaltedBy), rep.DurationMS)
+		line := fmt.Sprintf("airlock: %s by %s after %d ms (exit %d)", paint(sgrYellow, "halted"), f(*rep.HaltedBy), rep.DurationMS, rep.ExitCode)
 		if s.halt != nil && s.halt.Message != "" {
 			line += ": " + f(s.halt.Message)
 		}

@@ -26,6 +26,10 @@ const (
 	MaxPids        Limit = "max_pids"
 	MaxScratch     Limit = "max_scratch"
 	MaxWrite       Limit = "max_write"
+	// Interrupted is not a budget: it halts a run its caller stopped (a
+	// cancelled context, SIGINT or SIGTERM to airlock run), so that the
+	// run ends the way a blown budget ends it, and the report says so.
+	Interrupted Limit = "interrupted"
 )
 
 // Defaults applied when a policy leaves a budget out.
