@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/plan"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -51,6 +53,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 	e := &run{c: s.r.c, start: start, report: &Report{Denials: []Denial{}}, log: s.r.log, sink: s.r.sink,
 		meter: budget.NewMeter(budget.Limits{OutputBytes: lim.OutputBytes, Wall: max(wall, time.Millisecond)}, s.r.c.Clock)}
 	e.report.Enforcement = s.r.report.Enforcement
+	opsBefore, _ := s.r.meter.Usage()
 	defer func() {
 		// Records arrive asynchronously: a denial in the last instant of an
 		// exec may appear in the next exec's report.
@@ -60,8 +63,13 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		// what background processes provoked between execs; concurrent
 		// execs split the denials between them, each reported once.
 		e.report.Denials, e.report.DenialCounts = denialsFrom(s.r.rec.Take())
-		e.report.Usage.Ops, _ = s.r.meter.Usage()
+		// The exec's own usage: the ops charged while it ran (this exec's
+		// and its background's), its output, and from wait4 the CPU and
+		// peak memory of its process and what that process waited for.
+		opsAfter, _ := s.r.meter.Usage()
+		e.report.Usage.Ops = opsAfter - opsBefore
 		_, e.report.Usage.OutputBytes = e.meter.Usage()
+		e.report.Usage.WriteBytes, _ = s.ip.stage.usage()
 	}()
 
 	if err := s.r.meter.ChargeOp(); err != nil {
@@ -269,6 +277,12 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 	errR.Close()
 	e.report.Stdout, e.report.StdoutTruncated = stdout.result()
 	e.report.Stderr, e.report.StderrTruncated = stderr.result()
+	e.report.Usage.CPUMS, e.report.Usage.MaxMemoryBytes = exit.CPUMS, exit.MaxRSS
+	// RLIMIT_CPU is max_cpu per process: the kernel ends a process that
+	// used it (SIGXCPU at the soft limit, SIGKILL at the hard one).
+	if maxCPU := s.r.c.Policy.Budget().CPU; exit.Signal == int(unix.SIGXCPU) || exit.Signal != 0 && exit.CPUMS >= maxCPU.Milliseconds() {
+		e.halt(budget.MaxCPU, "the exec used max_cpu of CPU time and was killed; the session goes on")
+	}
 	if e.reportHalt() {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -210,5 +211,39 @@ func TestSessionsIsolated(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+// TestSessionExecUsage: each exec's report carries its own usage: the CPU
+// time and peak memory of its process tree (wait4), its ops and output.
+func TestSessionExecUsage(t *testing.T) {
+	requireSandbox(t)
+	airtest.RequireBinary(t, "/usr/bin/python3")
+	s := newSession(t, policy.Spec{AllowedTools: []string{"python3", "sh"}, Budget: budget.Limits{CPU: 20 * time.Second}})
+	rep := execIn(t, s, sandbox.ExecRequest{Args: []string{"python3", "-c", `
+import time
+b = bytearray(96 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+end = time.process_time() + 0.5
+while time.process_time() < end:
+    pass
+print("done")`}})
+	wantExit(t, rep, 0)
+	if rep.Usage.CPUMS < 400 || rep.Usage.MaxMemoryBytes < 96<<20 || rep.Usage.Ops != 1 || rep.Usage.OutputBytes != 5 {
+		t.Fatalf("usage = %+v, want >= 400 ms CPU, >= 96 MiB peak, 1 op, 5 output bytes", rep.Usage)
+	}
+	rep = execIn(t, s, sandbox.ExecRequest{Args: []string{"sh", "-c", "true"}})
+	wantExit(t, rep, 0)
+	if rep.Usage.CPUMS > 200 || rep.Usage.MaxMemoryBytes >= 96<<20 || rep.Usage.Ops != 1 {
+		t.Fatalf("second exec's usage = %+v: it carries the first exec's", rep.Usage)
+	}
+
+	// An exec that uses max_cpu is halted by it, and says how much it used.
+	s2 := newSession(t, policy.Spec{AllowedTools: []string{"python3"}, Budget: budget.Limits{CPU: time.Second}})
+	rep = execIn(t, s2, sandbox.ExecRequest{Args: []string{"python3", "-c", "while True: pass"}})
+	wantHalt(t, rep, budget.MaxCPU)
+	if rep.Usage.CPUMS < 900 {
+		t.Fatalf("usage of the exec halted by max_cpu = %+v, want its CPU time", rep.Usage)
 	}
 }

@@ -269,7 +269,8 @@ func startAndReap(pl *plan.Plan) (int, error) {
 	}()
 	for {
 		var ws unix.WaitStatus
-		wpid, err := unix.Wait4(-1, &ws, 0, nil)
+		var ru unix.Rusage
+		wpid, err := unix.Wait4(-1, &ws, 0, &ru)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -279,14 +280,24 @@ func startAndReap(pl *plan.Plan) (int, error) {
 		if wpid != pid {
 			continue // an orphan reparented to us
 		}
-		m := Message{Type: "exit"}
-		code := ws.ExitStatus()
-		if ws.Signaled() {
-			m.Signal = int(ws.Signal())
-			code = 128 + m.Signal
-		}
-		m.Code = code
+		m := exitMessage(ws, &ru)
 		_ = Send(ControlFD, m) // the exit status carries the same code
-		return code, nil
+		return m.Code, nil
 	}
+}
+
+// exitMessage is the "exit" message for a reaped command: its status, and
+// the CPU time and peak resident size of it and the descendants it waited
+// for (getrusage(2): ru_maxrss is in KiB).
+func exitMessage(ws unix.WaitStatus, ru *unix.Rusage) Message {
+	m := Message{Type: "exit", Code: ws.ExitStatus()}
+	if ws.Signaled() {
+		m.Signal = int(ws.Signal())
+		m.Code = 128 + m.Signal
+	}
+	if ru != nil {
+		m.CPUMS = (unix.TimevalToNsec(ru.Utime) + unix.TimevalToNsec(ru.Stime)) / 1e6
+		m.MaxRSS = ru.Maxrss * 1024
+	}
+	return m
 }

@@ -36,6 +36,10 @@ type Message struct {
 	Error    string `json:"error,omitempty"`
 	IDMaps   int    `json:"idmaps,omitempty"`   // go: number of idmapped grant fds attached
 	Landlock int    `json:"landlock,omitempty"` // ready: the Landlock ABI enforced, 0 = none
+	// exit: CPU time and peak resident size (bytes) of the command and the
+	// descendants it waited for.
+	CPUMS  int64 `json:"cpu_ms,omitempty"`
+	MaxRSS int64 `json:"max_rss,omitempty"`
 	// Staged says the first fd of a "mounts" message is the stage's root;
 	// the others are the grant roots in plan order (plan.Mount.Grant).
 	Staged bool `json:"staged,omitempty"`

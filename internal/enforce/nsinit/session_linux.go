@@ -17,13 +17,20 @@ import (
 // reparented to the init are reaped and forgotten.
 type reaper struct {
 	mu    sync.Mutex
-	ids   map[int]string          // guarded by mu: pid -> exec ID
-	early map[int]unix.WaitStatus // guarded by mu: reaped before registration
+	ids   map[int]string // guarded by mu: pid -> exec ID
+	early map[int]reaped // guarded by mu: reaped before registration
+}
+
+// reaped is how a process ended and what it and the descendants it waited
+// for used (wait4(2)).
+type reaped struct {
+	ws unix.WaitStatus
+	ru unix.Rusage
 }
 
 func (rp *reaper) register(pid int, id string) {
 	rp.mu.Lock()
-	ws, done := rp.early[pid]
+	r, done := rp.early[pid]
 	if done {
 		delete(rp.early, pid)
 	} else {
@@ -31,11 +38,11 @@ func (rp *reaper) register(pid int, id string) {
 	}
 	rp.mu.Unlock()
 	if done {
-		reportExit(id, ws)
+		reportExit(id, r)
 	}
 }
 
-func (rp *reaper) reaped(pid int, ws unix.WaitStatus) {
+func (rp *reaper) reaped(pid int, r reaped) {
 	rp.mu.Lock()
 	id, ok := rp.ids[pid]
 	if ok {
@@ -47,20 +54,17 @@ func (rp *reaper) reaped(pid int, ws unix.WaitStatus) {
 			// 4096 orphans to die between one fork and its registration.
 			clear(rp.early)
 		}
-		rp.early[pid] = ws
+		rp.early[pid] = r
 	}
 	rp.mu.Unlock()
 	if ok {
-		reportExit(id, ws)
+		reportExit(id, r)
 	}
 }
 
-func reportExit(id string, ws unix.WaitStatus) {
-	m := Message{Type: "exit", ID: id, Code: ws.ExitStatus()}
-	if ws.Signaled() {
-		m.Signal = int(ws.Signal())
-		m.Code = 128 + m.Signal
-	}
+func reportExit(id string, r reaped) {
+	m := exitMessage(r.ws, &r.ru)
+	m.ID = id
 	_ = Send(ControlFD, m) // the supervisor is gone when this fails; the init exits soon after
 }
 
@@ -73,14 +77,14 @@ func reportExit(id string, ws unix.WaitStatus) {
 //   - runs on the locked OS thread that applied them
 func serveSession(pl *plan.Plan) (int, error) {
 	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
-	rp := &reaper{ids: map[int]string{}, early: map[int]unix.WaitStatus{}}
+	rp := &reaper{ids: map[int]string{}, early: map[int]reaped{}}
 	// Registered before any child exists, so no SIGCHLD can be missed.
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	go func() {
 		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, 0, nil)
+			var r reaped
+			pid, err := unix.Wait4(-1, &r.ws, 0, &r.ru)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
@@ -91,7 +95,7 @@ func serveSession(pl *plan.Plan) (int, error) {
 			if err != nil {
 				return
 			}
-			rp.reaped(pid, ws)
+			rp.reaped(pid, r)
 		}
 	}()
 	tools := map[string]bool{}
