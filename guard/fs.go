@@ -154,15 +154,16 @@ func relTo(root, canon string) string {
 	return canon[len(root)+1:]
 }
 
-// errClosed is returned by operations on a closed guard.
-var errClosed = errors.New("guard: closed: the session has ended")
+// ErrClosed is returned by operations on a closed guard (the session it
+// belonged to has ended).
+var ErrClosed = errors.New("guard: closed: the session has ended")
 
 // begin registers an operation so that Close waits for it; done ends it.
 func (g *Guard) begin() (done func(), err error) {
 	g.closeMu.Lock()
 	defer g.closeMu.Unlock()
 	if g.closed {
-		return nil, errClosed
+		return nil, ErrClosed
 	}
 	g.opsWG.Add(1)
 	return g.opsWG.Done, nil

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -113,6 +114,8 @@ func guardError(err error, op, clientPath string, p *policy.Policy) *apiError {
 		rule := string(ee.Limit)
 		d := &denial{Layer: audit.LayerBudget, Op: op, Target: clientPath, Rule: rule, Message: rule + " exhausted", Suggestion: "raise " + rule + " in the policy's budget"}
 		return &apiError{Status: http.StatusForbidden, Code: "budget_exhausted", Message: op + " " + strconv.Quote(clientPath) + " refused: the session's " + rule + " budget is exhausted", Denial: d}
+	case errors.Is(err, guard.ErrClosed):
+		return errorf(http.StatusGone, "session_ended", "the session has ended: create a new session")
 	case errors.Is(err, fs.ErrNotExist):
 		return errorf(http.StatusNotFound, "file_not_found", "no such file or directory: "+strconv.Quote(clientPath))
 	case errors.Is(err, syscall.EISDIR):
