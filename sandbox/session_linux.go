@@ -226,6 +226,7 @@ func (s *Session) Info() SessionInfo {
 		info.Workspace = w[0]
 	}
 	info.Usage.Ops, info.Usage.OutputBytes = s.r.meter.Usage()
+	info.Usage.WriteBytes, _ = s.ip.stage.usage() // staged, reaching the host when the session ends
 	info.PendingDenials, _ = denialsFrom(s.r.rec.Pending())
 	info.DenialCounts = countsFrom(s.r.rec.Totals())
 	if g := s.ip.lim.group; g != nil {
