@@ -226,6 +226,12 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 			_ = nsinit.Send(s.ip.ctl, nsinit.Message{Type: "kill", Pid: pid}) // the session may be ending anyway
 		}
 	}
+	var cpuBefore int64
+	if g := s.ip.lim.group; g != nil {
+		if u, err := g.Usage(); err == nil {
+			cpuBefore = u.CPU.Milliseconds()
+		}
+	}
 	killed := false
 	sessionHalted := s.r.meter.Done() // the session's ops ran out: the session ends too
 	cancelled := ctx.Done()
@@ -263,7 +269,11 @@ func (s *Session) run(ctx context.Context, e *run, req ExecRequest, argv, env []
 			kill(s.r.meter.HaltedBy(), "the session's "+string(s.r.meter.HaltedBy())+" ran out, so the exec was killed and the session ends")
 		case <-s.done:
 			e.halt(s.r.meter.HaltedBy(), "the session ended")
-			exit = &nsinit.Message{Type: "exit", Code: 125, Error: "the session ended during the exec"}
+			// No exit message comes from a killed init: the session's own
+			// final usage (recorded before done closed) since this exec
+			// began stands in for the exec's.
+			exit = &nsinit.Message{Type: "exit", Code: 125, Error: "the session ended during the exec",
+				CPUMS: max(s.r.report.Usage.CPUMS-cpuBefore, 0), MaxRSS: s.r.report.Usage.MaxMemoryBytes}
 		}
 	}
 	// Background processes may hold the pipes open: read what is there,
