@@ -78,6 +78,11 @@ type Server struct {
 	starting int                          // sandboxes being started, guarded by mu
 	open     int                          // sandboxes started and not closed, guarded by mu
 	closed   bool                         // guarded by mu
+
+	// reaping counts the goroutines that close a sandbox when its client's
+	// transport ends; Close waits for them, so the process does not exit
+	// while a sandbox is still copying its writes back.
+	reaping sync.WaitGroup
 }
 
 // slot holds the sandbox of one MCP client session, started on first use.
@@ -172,6 +177,7 @@ func (s *Server) Close() error {
 	for _, sl := range slots {
 		errs = append(errs, s.closeSlot(sl))
 	}
+	s.reaping.Wait()
 	return errors.Join(errs...)
 }
 
@@ -213,6 +219,7 @@ func (s *Server) sandboxFor(ss *sdk.ServerSession) (Session, error) {
 		sl = &slot{}
 		s.slots[ss] = sl
 		if ss != nil {
+			s.reaping.Add(1)
 			go s.reap(ss)
 		}
 	}
@@ -259,7 +266,17 @@ func (s *Server) sandboxFor(ss *sdk.ServerSession) (Session, error) {
 
 // reap closes the sandbox of ss once its transport ends.
 func (s *Server) reap(ss *sdk.ServerSession) {
-	ss.Wait()
+	defer s.reaping.Done()
+	waited := make(chan struct{})
+	go func() {
+		ss.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-s.base.Done():
+		return // Close took every slot and closes them itself
+	}
 	s.mu.Lock()
 	sl := s.slots[ss]
 	delete(s.slots, ss)
