@@ -48,7 +48,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		wall = req.Timeout
 	}
 	lim := s.r.c.Policy.Budget()
-	e := &run{c: s.r.c, start: start, report: &Report{Denials: []Denial{}}, log: s.r.log, sink: s.r.sink,
+	e := &run{c: s.r.c, start: start, report: &Report{Denials: []Denial{}}, log: s.r.log, sink: s.r.sink, pl: s.pl, session: s.r,
 		meter: budget.NewMeter(budget.Limits{OutputBytes: lim.OutputBytes, Wall: max(wall, time.Millisecond)}, s.r.c.Clock)}
 	e.report.Enforcement = s.r.report.Enforcement
 	defer func() {
@@ -59,7 +59,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		// Everything denied since the previous exec's report, including
 		// what background processes provoked between execs; concurrent
 		// execs split the denials between them, each reported once.
-		e.report.Denials, e.report.DenialCounts = denialsFrom(s.r.rec.Take())
+		e.report.setDenials(s.r.rec.Take())
 		e.report.Usage.Ops, _ = s.r.meter.Usage()
 		_, e.report.Usage.OutputBytes = e.meter.Usage()
 	}()
@@ -103,6 +103,11 @@ func (s *Session) resolveTool(args []string) (string, error) {
 	name := args[0]
 	if strings.HasPrefix(name, "/") {
 		if p := path.Clean(name); slices.Contains(s.pl.Tools, p) {
+			return p, nil
+		}
+		// The sandbox's own symlinks lead /bin/sh to the allowed
+		// /usr/bin/sh: the same file, by the name the program used.
+		if p, m := resolveInside(s.pl, name); m != nil && m.Target == p && slices.Contains(s.pl.Tools, p) {
 			return p, nil
 		}
 	} else if !strings.Contains(name, "/") {

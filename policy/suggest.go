@@ -1,0 +1,546 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// Suggestions are advice for the operator, who writes the policy. Every
+// change a Suggestion holds widens the policy: it grants more, narrows
+// less or raises a budget. A sandboxed program that reads one learns how to
+// ask for more, and an agent steered by an injected instruction may well
+// ask, so the front ends that answer the agent (the API server, the MCP
+// server, the egress proxy's refusals) leave them out unless the operator
+// opts in. Hints (DenyError.Hint) are the other kind of advice: what the
+// program can do within its grants; they are always safe to show it.
+//
+// A Suggestion is built by (*Policy).Suggest and its relatives only after
+// it has been applied to the policy and the result both validates and
+// allows the operation, so every suggestion airlock prints parses and works
+// (as far as the policy can tell: the sandbox may still refuse a path that
+// does not exist on the host).
+
+// Action is what a Change does to its key.
+type Action string
+
+// The actions of a Change.
+const (
+	ActionAdd    Action = "add"    // add Value to the list Key
+	ActionRemove Action = "remove" // remove Value from the list Key
+	ActionRaise  Action = "raise"  // set the budget Key to Value, above its current value
+)
+
+// Change is one edit of a policy file.
+type Change struct {
+	Action Action `json:"action"`
+	// Key is the policy-file key: a list (fs_read, fs_write, fs_deny,
+	// fs_protect, fs_unprotect, net_hosts, allowed_tools, env,
+	// allow_downgrade) or a budget limit (max_wall, max_ops, ...).
+	Key string `json:"key"`
+	// Value is the list entry, or the new budget in policy-file syntax
+	// ("1m", "2MiB", "2000").
+	Value string `json:"value"`
+}
+
+// Suggestion is a change to a policy that would allow an operation it
+// denied or halted, for the operator (see above). String renders it, for
+// example `add "api.example.com:443" to net_hosts`, and ParseSuggestion
+// reads that text back. The zero Suggestion suggests nothing.
+type Suggestion struct {
+	Changes []Change // applied together, in order; nil suggests nothing
+}
+
+// IsZero reports whether s suggests nothing.
+func (s Suggestion) IsZero() bool { return len(s.Changes) == 0 }
+
+// MaxSuggestionLen bounds the text of a suggestion. A suggestion that would
+// be longer (a very long path or host) is not made: a cut one would neither
+// parse nor work.
+const MaxSuggestionLen = 256
+
+// String renders s as text: each change as `add "V" to KEY`,
+// `remove "V" from KEY` or `raise KEY to "V"`, joined by " and ". The zero
+// Suggestion renders as "".
+func (s Suggestion) String() string {
+	parts := make([]string, len(s.Changes))
+	for i, c := range s.Changes {
+		q := strconv.Quote(c.Value)
+		switch c.Action {
+		case ActionAdd:
+			parts[i] = "add " + q + " to " + c.Key
+		case ActionRemove:
+			parts[i] = "remove " + q + " from " + c.Key
+		case ActionRaise:
+			parts[i] = "raise " + c.Key + " to " + q
+		default:
+			parts[i] = string(c.Action) + " " + c.Key + " " + q
+		}
+	}
+	return strings.Join(parts, " and ")
+}
+
+// Keys of the lists that narrow grants; they have no Capability.
+const (
+	keyFSDeny      = "fs_deny"
+	keyFSProtect   = "fs_protect"
+	keyFSUnprotect = "fs_unprotect"
+)
+
+// listKeys are the policy keys that hold lists.
+var listKeys = []string{"fs_read", "fs_write", "fs_deny", "fs_protect", "fs_unprotect", "net_hosts", "allowed_tools", "env", "allow_downgrade"}
+
+// ParseSuggestion reads the text String writes. It is strict: one space
+// between words, values quoted as strconv.Quote writes them, known keys
+// only, and add and remove only for lists, raise only for budgets.
+func ParseSuggestion(text string) (Suggestion, error) {
+	fail := func(format string, args ...any) (Suggestion, error) {
+		return Suggestion{}, fmt.Errorf("suggestion %q: "+format, append([]any{text}, args...)...)
+	}
+	if text == "" {
+		return fail("is empty")
+	}
+	var s Suggestion
+	rest := text
+	for {
+		word, after, ok := strings.Cut(rest, " ")
+		if !ok {
+			return fail("ends after %q: want add, remove or raise with a value and a key", word)
+		}
+		var c Change
+		var err error
+		switch Action(word) {
+		case ActionAdd, ActionRemove:
+			c.Action = Action(word)
+			if c.Value, after, err = quoted(after); err != nil {
+				return fail("%v", err)
+			}
+			prep := " to "
+			if c.Action == ActionRemove {
+				prep = " from "
+			}
+			if after, ok = strings.CutPrefix(after, prep); !ok {
+				return fail("want %q after the value", strings.TrimSpace(prep))
+			}
+			c.Key, after = word1(after)
+			if !slices.Contains(listKeys, c.Key) {
+				return fail("%q is not a policy list: use one of %s", c.Key, strings.Join(listKeys, ", "))
+			}
+		case ActionRaise:
+			c.Action = ActionRaise
+			c.Key, after = word1(after)
+			if !slices.Contains(budgetKeys, budget.Limit(c.Key)) {
+				return fail("%q is not a budget: use one of %s", c.Key, strings.Join(budgetKeyStrings(), ", "))
+			}
+			if after, ok = strings.CutPrefix(after, " to "); !ok {
+				return fail(`want "to" after %s`, c.Key)
+			}
+			if c.Value, after, err = quoted(after); err != nil {
+				return fail("%v", err)
+			}
+			if _, err := parseLimit(budget.Limit(c.Key), c.Value); err != nil {
+				return fail("%v", err)
+			}
+		default:
+			return fail("%q is not an action: use add, remove or raise", word)
+		}
+		s.Changes = append(s.Changes, c)
+		if after == "" {
+			return s, nil
+		}
+		if rest, ok = strings.CutPrefix(after, " and "); !ok {
+			return fail(`want " and " between changes, got %q`, after)
+		}
+	}
+}
+
+// word1 splits s at its first space, keeping the space in rest.
+func word1(s string) (word, rest string) {
+	if i := strings.IndexByte(s, ' '); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
+}
+
+// quoted reads one Go-quoted string at the start of s.
+func quoted(s string) (val, rest string, err error) {
+	q, err := strconv.QuotedPrefix(s)
+	if err != nil || !strings.HasPrefix(q, `"`) {
+		return "", "", errors.New("want a double-quoted value")
+	}
+	val, err = strconv.Unquote(q)
+	if err != nil {
+		return "", "", errors.New("want a double-quoted value")
+	}
+	return val, s[len(q):], nil
+}
+
+// parseLimit reads a budget value in policy-file syntax.
+func parseLimit(k budget.Limit, s string) (int64, error) {
+	switch k {
+	case budget.MaxWall, budget.MaxCPU:
+		d, err := ParseDuration(s)
+		return int64(d), err
+	case budget.MaxOps, budget.MaxPids:
+		if !allDigits(s) {
+			return 0, fmt.Errorf("%s must be a whole number", k)
+		}
+		return parseDigits(s)
+	}
+	return ParseSize(s)
+}
+
+// Apply returns a new policy made of p with the changes of s, validated
+// like a policy file; p itself never changes. Removing an entry that p does
+// not hold is an error, as is raising a budget to a value that is not above
+// p's. Budgets p set explicitly stay explicit, and a raised budget becomes
+// explicit.
+func (p *Policy) Apply(s Suggestion) (*Policy, error) {
+	if p == nil {
+		p = Default()
+	}
+	lists := map[string][]string{
+		"fs_read": p.fsRead, "fs_write": p.fsWrite, "fs_deny": p.fsDeny, "fs_protect": p.fsProtect,
+		"fs_unprotect": p.fsUnprotect, "net_hosts": hostStrings(p.netHosts), "allowed_tools": p.tools,
+		"env": envStrings(p.env), "allow_downgrade": downgradeValues(p.downgrades),
+	}
+	limits := map[budget.Limit]int64{}
+	for _, k := range budgetKeys {
+		if p.explicit.has(k) {
+			limits[k] = limitValue(p.limits, k)
+		}
+	}
+	for _, c := range s.Changes {
+		switch c.Action {
+		case ActionAdd:
+			if _, ok := lists[c.Key]; !ok {
+				return nil, fmt.Errorf("policy: apply %s: %q is not a policy list", s, c.Key)
+			}
+			lists[c.Key] = append(slices.Clone(lists[c.Key]), c.Value)
+		case ActionRemove:
+			l, ok := lists[c.Key]
+			i := slices.Index(l, c.Value)
+			if !ok || i < 0 {
+				return nil, fmt.Errorf("policy: apply %s: %s holds no %q", s, c.Key, c.Value)
+			}
+			lists[c.Key] = slices.Delete(slices.Clone(l), i, i+1)
+		case ActionRaise:
+			k := budget.Limit(c.Key)
+			if !slices.Contains(budgetKeys, k) {
+				return nil, fmt.Errorf("policy: apply %s: %q is not a budget", s, c.Key)
+			}
+			v, err := parseLimit(k, c.Value)
+			if err != nil {
+				return nil, fmt.Errorf("policy: apply %s: %w", s, err)
+			}
+			if old := limitValue(p.limits, k); v <= old {
+				return nil, fmt.Errorf("policy: apply %s: %s is %s already", s, k, formatLimit(k, old))
+			}
+			limits[k] = v
+		default:
+			return nil, fmt.Errorf("policy: apply %s: %q is not an action", s, c.Action)
+		}
+	}
+	d := draft{
+		fsRead:      specItems(lists["fs_read"], "fs_read"),
+		fsWrite:     specItems(lists["fs_write"], "fs_write"),
+		fsDeny:      specItems(lists["fs_deny"], "fs_deny"),
+		fsProtect:   specItems(lists["fs_protect"], "fs_protect"),
+		fsUnprotect: specItems(lists["fs_unprotect"], "fs_unprotect"),
+		netHosts:    specItems(lists["net_hosts"], "net_hosts"),
+		tools:       specItems(lists["allowed_tools"], "allowed_tools"),
+		env:         specItems(lists["env"], "env"),
+		downgrades:  specItems(lists["allow_downgrade"], "allow_downgrade"),
+	}
+	for _, k := range budgetKeys {
+		if v, ok := limits[k]; ok {
+			d.limits = append(d.limits, limitItem{key: k, val: v, label: string(k)})
+		}
+	}
+	np, errs := validate(d, nil)
+	if len(errs) > 0 {
+		return nil, join(errs)
+	}
+	np.source = p.source
+	return np, nil
+}
+
+func downgradeValues(ds []Downgrade) []string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = string(d)
+	}
+	return s
+}
+
+// verified returns s when applying it to p gives a valid policy for which
+// allows reports true, and the zero Suggestion otherwise.
+func (p *Policy) verified(s Suggestion, allows func(*Policy) bool) Suggestion {
+	if s.IsZero() || len(s.String()) > MaxSuggestionLen {
+		return Suggestion{}
+	}
+	np, err := p.Apply(s)
+	if err != nil || !allows(np) {
+		return Suggestion{}
+	}
+	return s
+}
+
+// Suggest returns the smallest change to p that would allow what de
+// denied, or the zero Suggestion when none would: the path is "/", inside
+// /proc or /sys, or not absolute; the subject is granted already (what was
+// refused is how it resolves, see DenyError.Hint); or the text would be
+// longer than MaxSuggestionLen. de.Fix, when set, is returned as it is.
+func (p *Policy) Suggest(de *DenyError) Suggestion {
+	if p == nil {
+		p = Default()
+	}
+	if de == nil {
+		return Suggestion{}
+	}
+	if !de.Fix.IsZero() {
+		return de.Fix
+	}
+	switch de.Cap {
+	case FSRead:
+		return p.SuggestRead(de.Subject)
+	case FSWrite:
+		return p.SuggestWrite(de.Subject, "")
+	case NetHosts:
+		return p.SuggestHost(de.Subject)
+	case AllowedTools:
+		return p.SuggestTool(de.Subject)
+	}
+	return Suggestion{}
+}
+
+// SuggestRead returns the change that lets the sandbox read path (canonical,
+// absolute): the fs_deny entries that hide it removed, and path added to
+// fs_read when no grant holds it. It returns the zero Suggestion when no
+// valid change would (see Suggest).
+func (p *Policy) SuggestRead(path string) Suggestion {
+	if p.CanRead(path) {
+		return Suggestion{}
+	}
+	var s Suggestion
+	for _, d := range p.fsDeny {
+		if within([]string{d}, path) {
+			s.Changes = append(s.Changes, Change{ActionRemove, keyFSDeny, d})
+		}
+	}
+	if !within(p.fsWrite, path) && !within(p.fsRead, path) {
+		s.Changes = append(s.Changes, Change{ActionAdd, FSRead.String(), path})
+	}
+	return p.verified(s, func(np *Policy) bool { return np.CanRead(path) })
+}
+
+// SuggestWrite returns the change that lets the sandbox write path
+// (canonical, absolute): the fs_deny and fs_protect entries that cover it
+// removed, the built-in protection that covers it added to fs_unprotect,
+// and root added to fs_write when no fs_write grant holds path. root is the
+// folder to grant, path or an ancestor of it: a grant must exist on the
+// host, so for a file not created yet it is the nearest folder that exists.
+// Empty root means path. A path that fs_protect covers is never suggested
+// for fs_write: the protection is what refused it.
+func (p *Policy) SuggestWrite(path, root string) Suggestion {
+	if p.CanWrite(path) {
+		return Suggestion{}
+	}
+	if root == "" || !within([]string{root}, path) {
+		root = path
+	}
+	var s Suggestion
+	for _, d := range p.fsDeny {
+		if within([]string{d}, path) {
+			s.Changes = append(s.Changes, Change{ActionRemove, keyFSDeny, d})
+		}
+	}
+	for _, f := range p.fsProtect {
+		if within([]string{f}, path) {
+			s.Changes = append(s.Changes, Change{ActionRemove, keyFSProtect, f})
+		}
+	}
+	if !within(p.fsWrite, path) {
+		s.Changes = append(s.Changes, Change{ActionAdd, FSWrite.String(), root})
+	}
+	np, err := p.Apply(s)
+	if err != nil {
+		return Suggestion{}
+	}
+	// A new grant brings its own built-in protections: path may lie in one.
+	if pr := np.ProtectedBy(path); pr != nil && pr.Builtin {
+		s.Changes = append(s.Changes, Change{ActionAdd, keyFSUnprotect, pr.Path})
+	}
+	return p.verified(s, func(np *Policy) bool { return np.CanWrite(path) })
+}
+
+// SuggestWriteBack returns the change that lets the copy back of a run's
+// staged writes bring path (canonical, absolute, inside an fs_write grant)
+// to the host, which WriteBackRefusal refused: the fs_protect or fs_deny
+// entry removed, or the protected path added to fs_unprotect. A protected
+// name below the top of a grant (sub/.envrc) can be unprotected only at the
+// top of a grant, so the suggestion then also adds its folder (sub) to
+// fs_write. It returns the zero Suggestion when no valid change would.
+func (p *Policy) SuggestWriteBack(path string) Suggestion {
+	if p.WriteBackRefusal(path) == "" {
+		return Suggestion{}
+	}
+	allows := func(np *Policy) bool { return np.WriteBackRefusal(path) == "" && np.CanWrite(path) }
+	var s Suggestion
+	for _, f := range p.fsProtect {
+		if within([]string{f}, path) {
+			s.Changes = append(s.Changes, Change{ActionRemove, keyFSProtect, f})
+		}
+	}
+	for _, d := range p.fsDeny {
+		if within([]string{d}, path) {
+			s.Changes = append(s.Changes, Change{ActionRemove, keyFSDeny, d})
+		}
+	}
+	if np, err := p.Apply(s); err == nil && allows(np) {
+		return p.verified(s, allows)
+	}
+	// The protected entry path lies in: try each ancestor of path (inside
+	// the grant) as the top of a grant whose built-in entry covers path.
+	g := grantOf(p.fsWrite, path)
+	if g == "" {
+		return Suggestion{}
+	}
+	for dir := g; ; {
+		for _, e := range BuiltinProtected {
+			pr := joinPath(dir, e.Name)
+			if !within([]string{pr}, path) {
+				continue
+			}
+			try := Suggestion{Changes: slices.Clone(s.Changes)}
+			if dir != g && !slices.Contains(p.fsWrite, dir) {
+				try.Changes = append(try.Changes, Change{ActionAdd, FSWrite.String(), dir})
+			}
+			try.Changes = append(try.Changes, Change{ActionAdd, keyFSUnprotect, pr})
+			if v := p.verified(try, allows); !v.IsZero() {
+				return v
+			}
+		}
+		next, ok := childToward(dir, path)
+		if !ok {
+			return Suggestion{}
+		}
+		dir = next
+	}
+}
+
+// joinPath joins a canonical folder and a relative name.
+func joinPath(dir, name string) string {
+	if dir == "/" {
+		return "/" + name
+	}
+	return dir + "/" + name
+}
+
+// childToward returns the child of dir on the way to path (dir/a for
+// dir/a/b), or false when path is dir or its child.
+func childToward(dir, path string) (string, bool) {
+	rest := strings.TrimPrefix(strings.TrimPrefix(path, dir), "/")
+	first, more, ok := strings.Cut(rest, "/")
+	if !ok || more == "" {
+		return "", false
+	}
+	return joinPath(dir, first), true
+}
+
+// SuggestHost returns the change that lets the sandbox reach target
+// ("host:port", as in a net_hosts denial): target added to net_hosts. It
+// returns the zero Suggestion when target is not a valid net_hosts entry.
+func (p *Policy) SuggestHost(target string) Suggestion {
+	host, port, ok := splitTarget(target)
+	if !ok {
+		return Suggestion{}
+	}
+	s := Suggestion{Changes: []Change{{ActionAdd, NetHosts.String(), target}}}
+	return p.verified(s, func(np *Policy) bool { return np.CheckHost(host, port) == nil })
+}
+
+// splitTarget splits "host:port" or "[v6]:port".
+func splitTarget(target string) (host string, port uint16, ok bool) {
+	i := strings.LastIndexByte(target, ':')
+	if i <= 0 {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(target[i+1:], 10, 16)
+	if err != nil || n == 0 {
+		return "", 0, false
+	}
+	host = target[:i]
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	return host, uint16(n), host != ""
+}
+
+// SuggestTool returns the change that lets the sandbox run name (a bare
+// tool name or an absolute path): name added to allowed_tools. It returns
+// the zero Suggestion when name is allowed already or is not a valid
+// allowed_tools entry.
+func (p *Policy) SuggestTool(name string) Suggestion {
+	if p.AllowsTool(name) {
+		return Suggestion{}
+	}
+	s := Suggestion{Changes: []Change{{ActionAdd, AllowedTools.String(), name}}}
+	return p.verified(s, func(np *Policy) bool { return np.AllowsTool(name) })
+}
+
+// SuggestTools returns the change that adds every name of names that p does
+// not allow yet to allowed_tools, or the zero Suggestion when that would not
+// be valid.
+func (p *Policy) SuggestTools(names ...string) Suggestion {
+	var s Suggestion
+	for _, n := range names {
+		if !p.AllowsTool(n) && !slices.ContainsFunc(s.Changes, func(c Change) bool { return c.Value == n }) {
+			s.Changes = append(s.Changes, Change{ActionAdd, AllowedTools.String(), n})
+		}
+	}
+	return p.verified(s, func(np *Policy) bool {
+		for _, n := range names {
+			if !np.AllowsTool(n) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// SuggestBudget returns the change that raises budget l to twice its value
+// in p (enough when the work needed up to twice as much), capped at the
+// largest value a policy may set, or the zero Suggestion when l is at that
+// bound already. Raising max_write past max_memory raises max_memory too,
+// since staged writes are held in memory.
+func (p *Policy) SuggestBudget(l budget.Limit) Suggestion {
+	if !slices.Contains(budgetKeys, l) {
+		return Suggestion{}
+	}
+	old := limitValue(p.limits, l)
+	v := min(roundLimit(l, 2*old), limitValue(Bounds(), l))
+	if v <= old {
+		return Suggestion{}
+	}
+	s := Suggestion{Changes: []Change{{ActionRaise, string(l), formatLimit(l, v)}}}
+	if l == budget.MaxWrite && v > p.limits.Memory {
+		s.Changes = append(s.Changes, Change{ActionRaise, string(budget.MaxMemory), formatLimit(budget.MaxMemory, v)})
+	}
+	return p.verified(s, func(np *Policy) bool { return limitValue(np.limits, l) > old })
+}
+
+// roundLimit rounds a doubled duration up to a whole millisecond so that it
+// reads well ("600ms", not "600.000002ms"); other limits are whole already.
+func roundLimit(l budget.Limit, v int64) int64 {
+	if l == budget.MaxWall || l == budget.MaxCPU {
+		ms := int64(time.Millisecond)
+		return (v + ms - 1) / ms * ms
+	}
+	return v
+}
