@@ -3,12 +3,14 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/hostspec"
 )
 
 // Suggestions are advice for the operator, who writes the policy. Every
@@ -20,11 +22,15 @@ import (
 // opts in. Hints (DenyError.Hint) are the other kind of advice: what the
 // program can do within its grants; they are always safe to show it.
 //
-// A Suggestion is built by (*Policy).Suggest and its relatives only after
-// it has been applied to the policy and the result both validates and
-// allows the operation, so every suggestion airlock prints parses and works
-// (as far as the policy can tell: the sandbox may still refuse a path that
-// does not exist on the host).
+// A Suggestion is built by (*Policy).Suggest and its relatives only when
+// the policy it makes validates and allows the operation: changes that
+// other keys constrain (removing fs_deny, protections, new fs_write grants)
+// are applied to the policy and checked; a single entry that nothing else
+// constrains (a host, a tool, a read grant, a budget) is checked on its
+// own, which is the same and much cheaper. So every suggestion airlock
+// prints parses and works (as far as the policy can tell: the sandbox may
+// still refuse a path that does not exist on the host). The tests apply
+// each kind to check the cheap checks agree.
 
 // Action is what a Change does to its key.
 type Action string
@@ -335,6 +341,11 @@ func (p *Policy) SuggestRead(path string) Suggestion {
 	}
 	if !within(p.fsWrite, path) && !within(p.fsRead, path) {
 		s.Changes = append(s.Changes, Change{ActionAdd, FSRead.String(), path})
+		if len(s.Changes) == 1 {
+			// The common case, cheaply: a new grant that no fs_deny
+			// covers is valid when the entry is, and allows the read.
+			return checked(s, validPath(path))
+		}
 	}
 	return p.verified(s, func(np *Policy) bool { return np.CanRead(path) })
 }
@@ -461,8 +472,44 @@ func (p *Policy) SuggestHost(target string) Suggestion {
 	if !ok {
 		return Suggestion{}
 	}
-	s := Suggestion{Changes: []Change{{ActionAdd, NetHosts.String(), target}}}
-	return p.verified(s, func(np *Policy) bool { return np.CheckHost(host, port) == nil })
+	// A net_hosts entry is valid on its own (no other key constrains it):
+	// checking the entry is checking the policy. The egress proxy asks for
+	// a suggestion at every denial, so this must stay cheap.
+	pat, err := hostspec.Parse(target)
+	if err != nil || textProblem(target) != "" {
+		return Suggestion{}
+	}
+	allows := false
+	if a, err := netip.ParseAddr(host); err == nil {
+		allows = pat.IsAddr() && pat.MatchAddr(a, port)
+	} else if n, err := hostspec.NormalizeHost(host); err == nil {
+		allows = pat.Match(n, port)
+	}
+	return checked(Suggestion{Changes: []Change{{ActionAdd, NetHosts.String(), target}}}, allows)
+}
+
+// checked returns s when ok and its text is within MaxSuggestionLen, else
+// the zero Suggestion.
+func checked(s Suggestion, ok bool) Suggestion {
+	if !ok || len(s.String()) > MaxSuggestionLen {
+		return Suggestion{}
+	}
+	return s
+}
+
+// validPath reports whether path is a valid fs_read or fs_write entry on
+// its own: absolute, canonical text, and not "/", /proc or /sys.
+func validPath(path string) bool {
+	v := &validator{}
+	c, ok := v.path(item{val: path})
+	return ok && c == path
+}
+
+// validTool reports whether name is a valid allowed_tools entry on its own.
+func validTool(name string) bool {
+	v := &validator{}
+	c, ok := v.tool(item{val: name})
+	return ok && c == name
 }
 
 // splitTarget splits "host:port" or "[v6]:port".
@@ -490,8 +537,8 @@ func (p *Policy) SuggestTool(name string) Suggestion {
 	if p.AllowsTool(name) {
 		return Suggestion{}
 	}
-	s := Suggestion{Changes: []Change{{ActionAdd, AllowedTools.String(), name}}}
-	return p.verified(s, func(np *Policy) bool { return np.AllowsTool(name) })
+	// Like a host, a tool entry is valid on its own.
+	return checked(Suggestion{Changes: []Change{{ActionAdd, AllowedTools.String(), name}}}, validTool(name))
 }
 
 // SuggestTools returns the change that adds every name of names that p does
@@ -504,14 +551,11 @@ func (p *Policy) SuggestTools(names ...string) Suggestion {
 			s.Changes = append(s.Changes, Change{ActionAdd, AllowedTools.String(), n})
 		}
 	}
-	return p.verified(s, func(np *Policy) bool {
-		for _, n := range names {
-			if !np.AllowsTool(n) {
-				return false
-			}
-		}
-		return true
-	})
+	ok := !s.IsZero()
+	for _, c := range s.Changes {
+		ok = ok && validTool(c.Value)
+	}
+	return checked(s, ok)
 }
 
 // SuggestBudget returns the change that raises budget l to twice its value
@@ -529,10 +573,13 @@ func (p *Policy) SuggestBudget(l budget.Limit) Suggestion {
 		return Suggestion{}
 	}
 	s := Suggestion{Changes: []Change{{ActionRaise, string(l), formatLimit(l, v)}}}
+	ok := checkLimit(l, v) == ""
 	if l == budget.MaxWrite && v > p.limits.Memory {
+		// The only rule that ties two budgets: max_write <= max_memory.
 		s.Changes = append(s.Changes, Change{ActionRaise, string(budget.MaxMemory), formatLimit(budget.MaxMemory, v)})
+		ok = ok && checkLimit(budget.MaxMemory, v) == ""
 	}
-	return p.verified(s, func(np *Policy) bool { return limitValue(np.limits, l) > old })
+	return checked(s, ok)
 }
 
 // roundLimit rounds a doubled duration up to a whole millisecond so that it
