@@ -136,17 +136,31 @@ func toolSource(pl *plan.Plan, tool string) string {
 	return ""
 }
 
-// readHead reads the first headSize bytes of a regular host file without
-// following a symlink at its end or blocking on a fifo.
+// openRegular opens a regular host file for reading without following a
+// symlink at its end, blocking on a fifo or opening a device (checked
+// before the open, and again on the open file).
+func openRegular(file string) (*os.File, error) {
+	if fi, err := os.Lstat(file); err != nil || !fi.Mode().IsRegular() {
+		return nil, errors.New(file + ": not a regular file")
+	}
+	f, err := os.OpenFile(file, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errors.New(file + ": not a regular file")
+	}
+	return f, nil
+}
+
+// readHead reads the first headSize bytes of a regular host file.
 func readHead(file string) ([]byte, error) {
-	f, err := os.OpenFile(file, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, err := openRegular(file)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, errors.New("not a regular file")
-	}
 	b := make([]byte, headSize)
 	n, err := io.ReadFull(f, b)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
@@ -197,12 +211,23 @@ func envProgram(interp, arg string) string {
 
 // elfLoader returns the PT_INTERP of an ELF file ("" for a static one),
 // and whether the file is ELF at all.
-func elfLoader(file string) (string, bool) {
-	f, err := elf.Open(file)
+func elfLoader(file string) (loader string, isELF bool) {
+	// debug/elf reads what the file says; a malformed tool must not take
+	// the supervisor down with it.
+	defer func() {
+		if recover() != nil {
+			loader, isELF = "", false
+		}
+	}()
+	osf, err := openRegular(file)
 	if err != nil {
 		return "", false
 	}
-	defer f.Close()
+	defer osf.Close()
+	f, err := elf.NewFile(osf)
+	if err != nil {
+		return "", false
+	}
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_INTERP || p.Filesz > 4096 {
 			continue
