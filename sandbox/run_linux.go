@@ -298,7 +298,14 @@ func (r *run) reportHalt() bool {
 // execTimedOut reports whether a session's exec was halted at max_wall by
 // its own timeout while the session had time left.
 func (r *run) execTimedOut(h budget.Limit) bool {
-	return r.session != nil && h == budget.MaxWall && r.session.meter.HaltedBy() == "" && time.Now().Before(r.session.meter.Deadline())
+	if r.session == nil || h != budget.MaxWall || r.session.meter.HaltedBy() != "" {
+		return false
+	}
+	now := time.Now()
+	if r.c.Clock != nil {
+		now = r.c.Clock.Now() // the clock the meters' deadlines are on
+	}
+	return now.Before(r.session.meter.Deadline())
 }
 
 // exitStatus fills the report from the init's exit message for a command.
