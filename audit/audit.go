@@ -41,14 +41,20 @@ const (
 
 // Event is one decision. Fields that do not apply are empty.
 type Event struct {
-	Time       time.Time `json:"time"`
-	Kind       Kind      `json:"kind"`
-	Layer      string    `json:"layer"`                // fs, net, exec, budget, kernel, tool
-	Op         string    `json:"op,omitempty"`         // open, write, connect, exec, fetch ...
-	Target     string    `json:"target,omitempty"`     // canonical path, host:port, tool
-	Rule       string    `json:"rule,omitempty"`       // the grant: fs_read, net_hosts, max_wall ...
-	Message    string    `json:"message,omitempty"`    // human explanation
-	Suggestion string    `json:"suggestion,omitempty"` // smallest policy change that would allow it
+	Time    time.Time `json:"time"`
+	Kind    Kind      `json:"kind"`
+	Layer   string    `json:"layer"`             // fs, net, exec, budget, kernel, tool
+	Op      string    `json:"op,omitempty"`      // open, write, connect, exec, fetch ...
+	Target  string    `json:"target,omitempty"`  // canonical path, host:port, tool
+	Rule    string    `json:"rule,omitempty"`    // the grant: fs_read, net_hosts, max_wall ...
+	Message string    `json:"message,omitempty"` // human explanation
+	// Suggestion is the smallest policy change that would allow it
+	// (policy.Suggestion's text), for the operator: it widens the policy,
+	// so the API and MCP servers keep it from the agent unless told not to.
+	Suggestion string `json:"suggestion,omitempty"`
+	// Hint says what the program can do instead within its grants; it
+	// never widens the policy and may be shown to the agent.
+	Hint string `json:"hint,omitempty"`
 }
 
 // Sink receives events. Emit must be safe for concurrent use and must not

@@ -10,9 +10,9 @@ import (
 // is denied, so every field it can influence is cut, and the number of
 // distinct denials kept is capped: a report itemizes at most
 // (DefaultMaxDistinct + MaxExtraKinds) × (MaxTargetBytes + MaxMessageBytes +
-// MaxSuggestionBytes + 3×maxNameBytes) ≈ 95 KiB of text, and at most 6 times
-// that (570 KiB) once JSON has escaped every byte, however many denials
-// happened.
+// 2×MaxSuggestionBytes + 3×maxNameBytes) ≈ 111 KiB of text (suggestion and
+// hint), and at most 6 times that (670 KiB) once JSON has escaped every
+// byte, however many denials happened.
 const (
 	DefaultMaxDistinct = 50
 	// MaxExtraKinds is how many denials beyond MaxDistinct are kept because
@@ -21,7 +21,7 @@ const (
 	MaxExtraKinds      = 16
 	MaxTargetBytes     = 512
 	MaxMessageBytes    = 512
-	MaxSuggestionBytes = 256
+	MaxSuggestionBytes = 256 // each of Suggestion and Hint
 	// maxNameBytes bounds Layer, Op and Rule, which airlock's own layers
 	// choose; the cut is only a backstop.
 	maxNameBytes = 64
@@ -135,6 +135,7 @@ func (d *DenialLog) Emit(e Event) {
 	e.Target = Truncate(e.Target, MaxTargetBytes)
 	e.Message = Truncate(e.Message, MaxMessageBytes)
 	e.Suggestion = Truncate(e.Suggestion, MaxSuggestionBytes)
+	e.Hint = Truncate(e.Hint, MaxSuggestionBytes)
 	k := denialKey{e.Layer, e.Op, e.Target, e.Rule}
 	kind := kindKey{e.Layer, e.Op, e.Rule}
 	limit := d.MaxDistinct

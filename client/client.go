@@ -73,6 +73,9 @@ type Error struct {
 	Message  string    // public explanation from the server
 	Denial   *Denial   // set on refusals (403)
 	Problems []Problem // set on invalid policies (code "bad_policy")
+	// Operator is the policy change that would allow a refusal: advice
+	// for the operator, sent only by a server started with --agent-advice.
+	Operator *Operator
 }
 
 func (e *Error) Error() string {
@@ -89,12 +92,14 @@ type Problem struct {
 
 // Denial is one refused operation, naming the grant that would allow it.
 type Denial struct {
-	Layer      string `json:"layer"`
-	Op         string `json:"op"`
-	Target     string `json:"target"`
-	Rule       string `json:"rule"`
-	Message    string `json:"message"`
-	Suggestion string `json:"suggestion,omitempty"`
+	Layer   string `json:"layer"`
+	Op      string `json:"op"`
+	Target  string `json:"target"`
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+	// Hint says what can be done instead within the grants; "" when
+	// there is nothing to add.
+	Hint string `json:"hint,omitempty"`
 	// Count is how many times it happened, in a report or session info;
 	// 0 in the denial of a refused request.
 	Count int64 `json:"count,omitempty"`
@@ -144,6 +149,34 @@ type Report struct {
 	Error           string       `json:"error,omitempty"`
 	Enforcement     Enforcement  `json:"enforcement"`
 	Writes          *Writes      `json:"writes,omitempty"`
+	// Operator is the operator's advice: the policy changes that would
+	// allow the exec's denials and halt. Only a server started with
+	// --agent-advice sends it; nil otherwise.
+	Operator *Operator `json:"operator,omitempty"`
+}
+
+// Operator is advice for the operator who writes the policy. Every change
+// in it widens the policy.
+type Operator struct {
+	Suggestions []OperatorSuggestion `json:"suggestions"`
+}
+
+// OperatorSuggestion is the policy change that would allow one denial or
+// halt, which Layer, Op, Target and Rule name as in Report.Denials.
+type OperatorSuggestion struct {
+	Layer      string   `json:"layer"`
+	Op         string   `json:"op,omitempty"`
+	Target     string   `json:"target,omitempty"`
+	Rule       string   `json:"rule"`
+	Suggestion string   `json:"suggestion"` // as text, e.g. add "pypi.org:443" to net_hosts
+	Changes    []Change `json:"changes"`
+}
+
+// Change is one edit of a policy file, as policy.Change.
+type Change struct {
+	Action string `json:"action"` // "add", "remove" or "raise"
+	Key    string `json:"key"`    // a policy list such as net_hosts, or a budget such as max_wall
+	Value  string `json:"value"`  // the entry, or the new budget ("1m")
 }
 
 // SessionInfo describes a live session.
@@ -253,6 +286,7 @@ func readError(resp *http.Response) error {
 			Message  string    `json:"message"`
 			Denial   *Denial   `json:"denial"`
 			Problems []Problem `json:"problems"`
+			Operator *Operator `json:"operator"`
 		} `json:"error"`
 	}
 	if json.Unmarshal(data, &body) != nil || body.Error == nil {
@@ -263,7 +297,7 @@ func readError(resp *http.Response) error {
 		return &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: "not an airlock API answer: " + msg}
 	}
 	e := body.Error
-	return &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message, Denial: e.Denial, Problems: e.Problems}
+	return &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message, Denial: e.Denial, Problems: e.Problems, Operator: e.Operator}
 }
 
 // doJSON sends in as JSON (nil sends no body) and decodes the answer into

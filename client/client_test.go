@@ -221,7 +221,7 @@ func TestErrors(t *testing.T) {
 		t.Run("escape-"+strings.NewReplacer("/", "_", ".", "d").Replace(p), func(t *testing.T) {
 			err := s.Upload(ctx, p, strings.NewReader("x"))
 			ae := apiError(t, "Upload "+p, err, 403, "denied")
-			if ae.Denial == nil || ae.Denial.Layer != "fs" || ae.Denial.Rule != "fs_write" || ae.Denial.Suggestion == "" {
+			if ae.Denial == nil || ae.Denial.Layer != "fs" || ae.Denial.Rule != "fs_write" || ae.Operator != nil {
 				t.Errorf("denial = %+v", ae.Denial)
 			}
 		})

@@ -45,7 +45,7 @@ func TestCurl(t *testing.T) {
 		{"post", []string{"-x", "http://" + h.httpAddr, "--data", "k=v", "http://" + ok.hostPort("allowed.test") + "/"}, "k=v"},
 		{"https-connect", []string{"-x", "http://" + th.httpAddr, "--cacert", ca, "https://" + tg.hostPort("allowed.test") + "/"}, "hello over tls"},
 		{"socks5h", []string{"--proxy", "socks5h://" + h.socksAddr, "http://" + ok.hostPort("allowed.test") + "/"}, "hello from allowed"},
-		{"denied", []string{"-x", "http://" + h.httpAddr, "-w", "%{http_code}", "http://" + evil.hostPort("evil.test") + "/"}, `add "` + evil.hostPort("evil.test") + `" to net_hosts to allow it` + "\n403"},
+		{"denied", []string{"-x", "http://" + h.httpAddr, "-w", "%{http_code}", "http://" + evil.hostPort("evil.test") + "/"}, evil.hostPort("evil.test") + " denied: evil.test is not in net_hosts\n403"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/hostspec"
 )
 
@@ -51,8 +52,8 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request, d
 		raw, sni, err := readClientHello(br)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {
-			p.deny(opConnect, d.target, "tunnel did not open with a readable TLS ClientHello: "+err.Error(),
-				"CONNECT carries only TLS to the granted host")
+			p.denyHint(opConnect, d.target, "tunnel did not open with a readable TLS ClientHello: "+err.Error(),
+				policy.Suggestion{}, "CONNECT carries only TLS to the granted host")
 			return
 		}
 		if !d.isIP {
@@ -60,8 +61,8 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request, d
 			// asked of it; a name grant holds only for that name.
 			n, nerr := hostspec.NormalizeHost(sni)
 			if sni == "" || nerr != nil || n != d.host {
-				p.deny(opConnect, d.target, fmt.Sprintf("TLS server name %q does not match the CONNECT host %s", sni, d.host),
-					"connect to the host named in the TLS ClientHello")
+				p.denyHint(opConnect, d.target, fmt.Sprintf("TLS server name %q does not match the CONNECT host %s", sni, d.host),
+					policy.Suggestion{}, "connect to the host named in the TLS ClientHello")
 				return
 			}
 		}

@@ -93,12 +93,12 @@ func (p *Proxy) charge(op, target string) error {
 // decideCharged is decide once its op has been charged.
 func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16) (*decision, error) {
 	if port == 0 {
-		return nil, p.deny(op, host+":0", "port 0 cannot be reached", "")
+		return nil, p.deny(op, host+":0", "port 0 cannot be reached", policy.Suggestion{})
 	}
 	n, err := hostspec.NormalizeHost(host)
 	if err != nil {
 		// Non-canonical IPv4 (0x7f.1, 2130706433), bad IDNA, empty labels.
-		return nil, p.deny(op, joinHostPort(host, port), err.Error(), "")
+		return nil, p.deny(op, joinHostPort(host, port), err.Error(), policy.Suggestion{})
 	}
 	target := joinHostPort(n, port)
 	if err := p.policy.CheckHost(n, port); err != nil {
@@ -106,7 +106,7 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 		if !errors.As(err, &de) {
 			return nil, fmt.Errorf("airlock bug: CheckHost returned %T: %w", err, err)
 		}
-		return nil, p.deny(op, target, de.Reason, de.Suggestion())
+		return nil, p.deny(op, target, de.Reason, p.policy.Suggest(de))
 	}
 	d := &decision{host: n, port: port, target: target}
 	if a, err := netip.ParseAddr(n); err == nil {
@@ -127,7 +127,7 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 	}
 	for _, a := range addrs {
 		if !a.IsValid() || a.Zone() != "" {
-			return nil, p.deny(op, target, fmt.Sprintf("%s resolves to an unusable address %q", n, a), "")
+			return nil, p.deny(op, target, fmt.Sprintf("%s resolves to an unusable address %q", n, a), policy.Suggestion{})
 		}
 		// One special address refuses the whole name: which address a later
 		// dial would pick must not decide what is reachable.
@@ -135,7 +135,7 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 			listed := joinHostPort(a.String(), port)
 			return nil, p.deny(op, target,
 				fmt.Sprintf("%s resolves to %s, a loopback, private, link-local or other special address, reachable only when listed exactly in net_hosts", n, a),
-				`add "`+listed+`" to net_hosts only if that address is meant to be reachable`)
+				p.policy.SuggestHost(listed))
 		}
 		ap := netip.AddrPortFrom(a, port)
 		if !slices.Contains(d.addrs, ap) {
@@ -146,8 +146,8 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 	return d, nil
 }
 
-// refused is a net_hosts denial together with the suggestion that was
-// audited, so the client hears the same advice as the audit log.
+// refused is a net_hosts denial together with the advice the client
+// hears: the audited suggestion when Config.AgentAdvice is set, else none.
 type refused struct {
 	deny       *policy.DenyError
 	suggestion string
@@ -156,14 +156,22 @@ type refused struct {
 func (r *refused) Error() string { return r.deny.Error() }
 func (r *refused) Unwrap() error { return r.deny }
 
-// deny audits a net_hosts denial and returns it.
-func (p *Proxy) deny(op, target, reason, suggestion string) *refused {
+// deny audits a net_hosts denial, with fix as the operator's suggestion,
+// and returns it.
+func (p *Proxy) deny(op, target, reason string, fix policy.Suggestion) *refused {
+	return p.denyHint(op, target, reason, fix, "")
+}
+
+// denyHint is deny with a hint: what the client can do instead within its
+// grants, which it may always hear.
+func (p *Proxy) denyHint(op, target, reason string, fix policy.Suggestion, hint string) *refused {
 	p.emit(audit.Event{Kind: audit.Deny, Op: op, Target: target, Rule: policy.NetHosts.String(),
-		Message: reason, Suggestion: suggestion})
-	return &refused{
-		deny:       &policy.DenyError{Cap: policy.NetHosts, Op: op, Subject: target, Reason: reason},
-		suggestion: suggestion,
+		Message: reason, Suggestion: fix.String(), Hint: hint})
+	r := &refused{deny: &policy.DenyError{Cap: policy.NetHosts, Op: op, Subject: target, Reason: reason, Hint: hint, Fix: fix}}
+	if p.advice {
+		r.suggestion = fix.String()
 	}
+	return r
 }
 
 func (p *Proxy) denyBudget(op, target string, err error) {
@@ -173,7 +181,7 @@ func (p *Proxy) denyBudget(op, target string, err error) {
 		rule = string(ee.Limit)
 	}
 	p.emit(audit.Event{Kind: audit.Deny, Op: op, Target: target, Rule: rule, Message: err.Error(),
-		Suggestion: "raise " + rule + " in the policy's budget"})
+		Suggestion: p.policy.SuggestBudget(budget.Limit(rule)).String()})
 }
 
 func (p *Proxy) allow(op, target, msg string) {
@@ -187,11 +195,15 @@ func (p *Proxy) emit(e audit.Event) {
 }
 
 // refusal renders a decide or dial error as the one-line explanation sent
-// to the sandboxed client: which target, why, and which grant would allow it.
+// to the sandboxed client: which target and why, and with
+// Config.AgentAdvice which grant would allow it.
 func refusal(err error) string {
 	var r *refused
 	if errors.As(err, &r) {
 		s := "airlock: " + r.deny.Subject + " denied: " + r.deny.Reason
+		if r.deny.Hint != "" {
+			s += "; " + r.deny.Hint
+		}
 		if r.suggestion != "" {
 			s += "; " + r.suggestion + " to allow it"
 		}

@@ -164,6 +164,7 @@ type harnessConfig struct {
 	resolve map[string]string
 	limits  budget.Limits
 	skipSNI bool
+	advice  bool // egress.Config.AgentAdvice
 }
 
 func startProxy(t testing.TB, hc harnessConfig) *harness {
@@ -180,7 +181,7 @@ func startProxy(t testing.TB, hc harnessConfig) *harness {
 	}
 	h.p, err = egress.New(egress.Config{
 		Policy: pol, Meter: h.meter, Audit: h.rec, Resolver: h.res, Dialer: h.dialer,
-		SkipSNICheck: hc.skipSNI,
+		SkipSNICheck: hc.skipSNI, AgentAdvice: hc.advice,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -211,8 +211,8 @@ func (p *Proxy) sameHost(urlHost string, port uint16, header string) error {
 	if aerr == nil {
 		target = joinHostPort(a, port)
 	}
-	return p.deny(opHTTP, target, fmt.Sprintf("Host header %q does not match the request URL host %s", header, target),
-		"")
+	return p.denyHint(opHTTP, target, fmt.Sprintf("Host header %q does not match the request URL host %s", header, target),
+		policy.Suggestion{}, "send a Host header that names the request URL's host, or none")
 }
 
 // outbound builds the request sent upstream from the checked decision and

@@ -92,7 +92,7 @@ func TestHTTPDenied(t *testing.T) {
 		wantTarget string // audit denial target; "" when refused as malformed
 		wantBody   string
 	}{
-		{"not-granted", get("http://"+evilHP+"/", evilHP), 403, evilHP, `add "` + evilHP + `" to net_hosts to allow it`},
+		{"not-granted", get("http://"+evilHP+"/", evilHP), 403, evilHP, evilHP + " denied: evil.test is not in net_hosts"},
 		{"host-header-spoof", get("http://"+okHP+"/", evilHP), 403, okHP, "does not match"},
 		{"host-header-spoof-reverse", get("http://"+evilHP+"/", okHP), 403, evilHP, "does not match"},
 		{"host-header-other-port", get("http://"+okHP+"/", ok.hostPort("allowed.test")+"1"), 403, okHP, "does not match"},
@@ -119,6 +119,9 @@ func TestHTTPDenied(t *testing.T) {
 			status, body := h.rawRequest(t, tt.req)
 			if status != tt.wantStatus || !strings.Contains(body, tt.wantBody) {
 				t.Errorf("proxy(%q) = %d %q, want %d containing %q", tt.req, status, body, tt.wantStatus, tt.wantBody)
+			}
+			if strings.Contains(body, "add ") || strings.Contains(body, "to allow it") {
+				t.Errorf("proxy(%q) tells the sandboxed client how to widen its policy: %q", tt.req, body)
 			}
 			if n := ok.accepted() + evil.accepted(); n != 0 {
 				t.Fatalf("servers accepted %d connections, want 0", n)
@@ -270,5 +273,24 @@ func TestHTTPMaxOps(t *testing.T) {
 	case <-h.meter.Done():
 	default:
 		t.Error("the meter refused an op but its Done is open: the supervisor would not end the run")
+	}
+}
+
+// TestRefusalAdvice: the refusal the sandboxed client reads names the
+// net_hosts entry that would allow the request only with AgentAdvice; the
+// audit event, which is the operator's, always does.
+func TestRefusalAdvice(t *testing.T) {
+	for _, advice := range []bool{false, true} {
+		h := startProxy(t, harnessConfig{hosts: []string{"allowed.test"}, advice: advice})
+		target := "evil.test:8000"
+		status, body := h.rawRequest(t, "GET http://"+target+"/ HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
+		want := `add "` + target + `" to net_hosts`
+		if status != 403 || strings.Contains(body, want) != advice {
+			t.Errorf("AgentAdvice %v: proxy answered %d %q; want 403 with the advice %v", advice, status, body, advice)
+		}
+		d := h.rec.Denials()
+		if len(d) != 1 || d[0].Suggestion != want {
+			t.Errorf("AgentAdvice %v: audit denials %+v, want one with the suggestion %s", advice, d, want)
+		}
 	}
 }

@@ -97,6 +97,13 @@ type Config struct {
 	// (two while it tunnels) and a few KiB until its head is complete.
 	// Zero means DefaultMaxConns.
 	MaxConns int
+
+	// AgentAdvice lets the refusals the proxy sends the sandboxed client
+	// name the net_hosts entry that would allow the request. The advice
+	// widens the policy, so it is for the operator (the audit event always
+	// carries it); false, the default, keeps it from the program, which
+	// may be an agent steered by an injected instruction.
+	AgentAdvice bool
 }
 
 // Stats counts the client connections a proxy accepted.
@@ -120,6 +127,7 @@ type Proxy struct {
 	idle      time.Duration
 	handshake time.Duration
 	maxConns  int
+	advice    bool // refusals to the client carry the audit suggestion
 
 	served, overCap, overBudget atomic.Int64
 
@@ -154,6 +162,7 @@ func New(cfg Config) (*Proxy, error) {
 		idle:      cfg.IdleTimeout,
 		handshake: cfg.HandshakeTimeout,
 		maxConns:  cfg.MaxConns,
+		advice:    cfg.AgentAdvice,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[net.Conn]struct{}),
 	}
@@ -302,8 +311,8 @@ func (p *Proxy) admit(c net.Conn, where string) (ok, closed bool) {
 		c.Close()
 		p.overCap.Add(1)
 		p.emit(audit.Event{Kind: audit.Deny, Op: opAccept, Target: where, Rule: RuleMaxConns,
-			Message:    fmt.Sprintf("the sandbox already holds %d connections to the proxy, the most it may hold at once; this one was closed", p.maxConns),
-			Suggestion: "close proxy connections the program no longer uses, or open fewer at once"})
+			Message: fmt.Sprintf("the sandbox already holds %d connections to the proxy, the most it may hold at once; this one was closed", p.maxConns),
+			Hint:    "close proxy connections the program no longer uses, or open fewer at once"})
 		return false, false
 	}
 	p.clients++

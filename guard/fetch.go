@@ -60,8 +60,8 @@ func (g *Guard) Fetch(req *http.Request) (*http.Response, error) {
 // net_hosts. It returns the canonical host:port.
 func (g *Guard) admitFetch(out *http.Request) (string, error) {
 	u := out.URL
-	denyURL := func(reason, suggestion string) error {
-		return g.deny(audit.LayerNet, &policy.DenyError{Cap: policy.NetHosts, Op: "fetch", Subject: u.Redacted(), Reason: reason}, suggestion)
+	denyURL := func(reason, hint string) error {
+		return g.deny(audit.LayerNet, &policy.DenyError{Cap: policy.NetHosts, Op: "fetch", Subject: u.Redacted(), Reason: reason}, hint)
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
 	var port uint16

@@ -3,6 +3,8 @@ package guard
 import (
 	"errors"
 	"io/fs"
+	"os"
+	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -14,8 +16,8 @@ import (
 // resolution beneath the grant root refused: a symlink escape, a hard link,
 // a device. The exported form is a *policy.DenyError.
 type refusal struct {
-	reason     string // DenyError.Reason
-	suggestion string // audit suggestion; "" keeps DenyError.Suggestion()
+	reason string // DenyError.Reason
+	hint   string // DenyError.Hint: what to do instead, within the grants
 	// escaped is set when the kernel said the path leaves the root (EXDEV):
 	// a shorter grant root that also contains the path may still allow it.
 	escaped bool
@@ -101,6 +103,11 @@ func (g *Guard) fsOp(op string, c policy.Capability, path string, do func(root h
 			return err
 		}
 		de.Op = op
+		if c == policy.FSWrite && op == "write" {
+			// Write creates the file and its folders: the grant to suggest
+			// is the nearest folder that exists, since a grant must.
+			de.Fix = g.policy.SuggestWrite(canon, existingAncestor(canon))
+		}
 		return g.deny(audit.LayerFS, de, "")
 	}
 
@@ -127,7 +134,7 @@ func (g *Guard) fsOp(op string, c policy.Capability, path string, do func(root h
 	}
 	if ref != nil {
 		de := &policy.DenyError{Cap: c, Op: op, Subject: canon, Reason: ref.reason}
-		return g.deny(audit.LayerFS, de, ref.suggestion)
+		return g.deny(audit.LayerFS, de, ref.hint)
 	}
 	var ee *budget.ExhaustedError
 	if errors.As(err, &ee) {
@@ -167,4 +174,23 @@ func (g *Guard) begin() (done func(), err error) {
 	}
 	g.opsWG.Add(1)
 	return g.opsWG.Done, nil
+}
+
+// existingAncestor returns path when it exists on the host, else its
+// nearest ancestor that is a folder, for the operator's suggestion only;
+// "" when that would be "/". It never follows a symlink (a grant must not
+// run through one), so a symlink on the way gives "".
+func existingAncestor(path string) string {
+	for p := path; p != "/" && p != "."; p = filepath.Dir(p) {
+		fi, err := os.Lstat(p)
+		switch {
+		case err == nil && fi.Mode()&fs.ModeSymlink != 0:
+			return ""
+		case err == nil && (p == path || fi.IsDir()):
+			return p
+		case err == nil, !errors.Is(err, fs.ErrNotExist):
+			return ""
+		}
+	}
+	return ""
 }

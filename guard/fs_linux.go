@@ -116,14 +116,14 @@ func resolveError(err error) error {
 	switch {
 	case errors.Is(err, unix.EXDEV):
 		return &refusal{
-			reason:     "resolves outside the grant through a symlink",
-			suggestion: "use the path the symlink points to, or grant the directory that contains both",
-			escaped:    true,
+			reason:  "resolves outside the grant through a symlink",
+			hint:    "use the path the symlink points to",
+			escaped: true,
 		}
 	case errors.Is(err, unix.ELOOP):
 		return &refusal{
-			reason:     "passes through a symlink that cannot be followed (a loop, a /proc magic link, or a symlink where a write needs a file)",
-			suggestion: "use the real path instead of the symlink",
+			reason: "passes through a symlink that cannot be followed (a loop, a /proc magic link, or a symlink where a write needs a file)",
+			hint:   "use the real path instead of the symlink",
 		}
 	case errors.Is(err, unix.ENOSYS):
 		return fmt.Errorf("openat2 is missing (linux 5.6 or later is needed): %w", errors.ErrUnsupported)
@@ -142,19 +142,19 @@ func checkFile(st *unix.Stat_t) error {
 		return unix.EISDIR
 	case unix.S_IFLNK:
 		return &refusal{
-			reason:     "is a symlink, and writes never follow symlinks",
-			suggestion: "write to the real path instead of the symlink",
+			reason: "is a symlink, and writes never follow symlinks",
+			hint:   "write to the real path instead of the symlink",
 		}
 	default:
 		return &refusal{
-			reason:     "is not a regular file (a device, fifo or socket)",
-			suggestion: "only regular files can be read or written",
+			reason: "is not a regular file (a device, fifo or socket)",
+			hint:   "only regular files can be read or written",
 		}
 	}
 	if st.Nlink > 1 {
 		return &refusal{
-			reason:     "has " + strconv.FormatUint(uint64(st.Nlink), 10) + " hard links, and a hard link can alias a file outside the grant",
-			suggestion: "copy the file instead of hard-linking it",
+			reason: "has " + strconv.FormatUint(uint64(st.Nlink), 10) + " hard links, and a hard link can alias a file outside the grant",
+			hint:   "copy the file instead of hard-linking it",
 		}
 	}
 	return nil

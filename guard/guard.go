@@ -220,16 +220,18 @@ func (g *Guard) exhausted(op, target string, err error) error {
 		Target:     target,
 		Rule:       rule,
 		Message:    err.Error(),
-		Suggestion: "raise " + rule + " in the policy's budget",
+		Suggestion: g.policy.SuggestBudget(budget.Limit(rule)).String(),
 	})
 	return err
 }
 
-// deny records de and returns it. suggestion replaces de.Suggestion() when
-// adding the subject to a grant would not help (a symlink escape, say).
-func (g *Guard) deny(layer string, de *policy.DenyError, suggestion string) error {
-	if suggestion == "" {
-		suggestion = de.Suggestion()
+// deny records de and returns it. hint, when set, becomes de.Hint: what
+// the caller can do instead within the grants (use the real path, say),
+// which front ends may show the agent. The suggestion, which widens the
+// policy, is the operator's and goes only to the audit event.
+func (g *Guard) deny(layer string, de *policy.DenyError, hint string) error {
+	if hint != "" {
+		de.Hint = hint
 	}
 	msg := de.Reason
 	if msg == "" {
@@ -243,7 +245,8 @@ func (g *Guard) deny(layer string, de *policy.DenyError, suggestion string) erro
 		Target:     de.Subject,
 		Rule:       de.Cap.String(),
 		Message:    msg,
-		Suggestion: suggestion,
+		Suggestion: g.policy.Suggest(de).String(),
+		Hint:       de.Hint,
 	})
 	return de
 }

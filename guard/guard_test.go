@@ -186,8 +186,8 @@ func TestDefaultDeny(t *testing.T) {
 		t.Errorf("audit recorded %d denials, want %d: %+v", got, want, rec.Events())
 	}
 	for _, e := range rec.Events() {
-		if e.Kind != audit.Deny || e.Rule == "" || e.Target == "" || e.Suggestion == "" {
-			t.Errorf("audit event %+v: want a Deny with Rule, Target and Suggestion", e)
+		if e.Kind != audit.Deny || e.Rule == "" || e.Target == "" || (e.Suggestion == "" && e.Hint == "") {
+			t.Errorf("audit event %+v: want a Deny with Rule, Target and a Suggestion or Hint", e)
 		}
 	}
 }
@@ -423,7 +423,7 @@ func TestFetchDenied(t *testing.T) {
 				t.Errorf("Fetch(%q) reached the transport %d times, want 0", tt.url, n)
 			}
 			d := rec.Denials()
-			if len(d) != 1 || d[0].Layer != audit.LayerNet || d[0].Op != "fetch" || d[0].Rule != "net_hosts" || d[0].Suggestion == "" {
+			if len(d) != 1 || d[0].Layer != audit.LayerNet || d[0].Op != "fetch" || d[0].Rule != "net_hosts" || (d[0].Suggestion == "" && d[0].Hint == "") {
 				t.Errorf("Fetch(%q) denials = %+v, want one net/fetch/net_hosts denial", tt.url, d)
 			}
 			if strings.Contains(d[0].Target, "secret") {

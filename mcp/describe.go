@@ -75,18 +75,19 @@ func runnable(p *policy.Policy) []string {
 // toolDenial is the denial for running name, which allowed_tools lacks.
 func (s *Server) toolDenial(name string) *Denial {
 	return &Denial{
-		Layer:      audit.LayerExec,
-		Op:         "exec",
-		Target:     name,
-		Rule:       policy.AllowedTools.String(),
-		Message:    name + " is not in allowed_tools; allowed: " + listOr(s.cfg.Policy.AllowedTools(), "none"),
-		Suggestion: (&policy.DenyError{Cap: policy.AllowedTools, Subject: name}).Suggestion(),
+		Layer:   audit.LayerExec,
+		Op:      "exec",
+		Target:  name,
+		Rule:    policy.AllowedTools.String(),
+		Message: name + " is not in allowed_tools; allowed: " + listOr(s.cfg.Policy.AllowedTools(), "none"),
+		fix:     s.cfg.Policy.SuggestTool(name),
 	}
 }
 
 // emitDenial records a refusal this package made itself.
 func (s *Server) emitDenial(d *Denial) {
-	s.sink.Emit(audit.Event{Time: s.clock.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message, Suggestion: d.Suggestion})
+	s.sink.Emit(audit.Event{Time: s.clock.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message,
+		Suggestion: d.fix.String(), Hint: d.Hint})
 }
 
 // denialOf returns the structured denial for a *policy.DenyError or a
@@ -96,32 +97,22 @@ func denialOf(err error, p *policy.Policy) *Denial {
 	var ee *budget.ExhaustedError
 	if errors.As(err, &ee) {
 		return &Denial{
-			Layer:      audit.LayerBudget,
-			Op:         "charge",
-			Target:     string(ee.Limit),
-			Rule:       string(ee.Limit),
-			Message:    ee.Error(),
-			Suggestion: "raise " + string(ee.Limit) + " in the policy's budget",
+			Layer:   audit.LayerBudget,
+			Op:      "charge",
+			Target:  string(ee.Limit),
+			Rule:    string(ee.Limit),
+			Message: ee.Error(),
+			fix:     p.SuggestBudget(ee.Limit),
 		}
 	}
 	var de *policy.DenyError
 	if !errors.As(err, &de) {
 		return nil
 	}
-	d := &Denial{Op: de.Op, Target: de.Subject, Rule: de.Cap.String(), Message: de.Error(), Suggestion: de.Suggestion()}
+	d := &Denial{Op: de.Op, Target: de.Subject, Rule: de.Cap.String(), Message: de.Error(), Hint: de.Hint, fix: p.Suggest(de)}
 	switch de.Cap {
 	case policy.FSRead, policy.FSWrite:
 		d.Layer = audit.LayerFS
-		granted := p.CanRead(de.Subject)
-		if de.Cap == policy.FSWrite {
-			granted = p.CanWrite(de.Subject)
-		}
-		if granted {
-			// The grant covers the path; what was refused is how it
-			// resolves (a symlink out, a hard link, a device), and widening
-			// the grant would not help.
-			d.Suggestion = "use the real path inside the grant: symlinks that leave it, hard links and devices are refused"
-		}
 	case policy.NetHosts:
 		d.Layer = audit.LayerNet
 	case policy.AllowedTools:
@@ -133,16 +124,31 @@ func denialOf(err error, p *policy.Policy) *Denial {
 	return d
 }
 
-// deniedResult is the tool result for a refusal: an error result whose
-// text says what was refused and how to allow it.
-func deniedResult(d *Denial) *sdk.CallToolResult {
-	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: denialLine(*d)}}, IsError: true}
+// operator returns the operator's advice for d when the server may give
+// it to the agent (Config.AgentAdvice), else nil.
+func (s *Server) operator(d *Denial) *Operator {
+	if !s.cfg.AgentAdvice || d.fix.IsZero() {
+		return nil
+	}
+	return &Operator{Suggestions: []OperatorSuggestion{{Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Suggestion: d.fix.String(), Changes: d.fix.Changes}}}
 }
 
+// deniedResult is the tool result for a refusal: an error result whose
+// text says what was refused, what to do instead and, with
+// Config.AgentAdvice, which policy change would allow it.
+func (s *Server) deniedResult(d *Denial) *sdk.CallToolResult {
+	line := denialLine(*d)
+	if o := s.operator(d); o != nil {
+		line += "; to allow it (advice for the operator): " + o.Suggestions[0].Suggestion
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: line}}, IsError: true}
+}
+
+// denialLine describes d with its hint, never a policy change.
 func denialLine(d Denial) string {
 	s := "denied " + strings.TrimSpace(d.Op+" "+d.Target) + " (" + d.Rule + "): " + d.Message
-	if d.Suggestion != "" {
-		s += "; to allow it: " + d.Suggestion
+	if d.Hint != "" {
+		s += "; " + d.Hint
 	}
 	return s
 }
@@ -171,6 +177,12 @@ func summarize(rep *Report) string {
 			line = fmt.Sprintf("%s (%d times)", line, d.Count)
 		}
 		b.WriteString(line + "\n")
+	}
+	// Present only when the server may pass the operator's advice on.
+	if rep.Operator != nil {
+		for _, o := range rep.Operator.Suggestions {
+			fmt.Fprintf(&b, "to allow %s %s (advice for the operator): %s\n", o.Rule, strings.TrimSpace(o.Op+" "+o.Target), o.Suggestion)
+		}
 	}
 	if n := rep.DenialCounts.Dropped; n > 0 {
 		fmt.Fprintf(&b, "%d more denials not itemized (%d in all)\n", n, rep.DenialCounts.Total)

@@ -13,15 +13,20 @@
 //
 // What comes back to the model is data, never a crash: a refused operation
 // is a tool result with IsError set and a structured denial (layer, op,
-// target, rule, message, suggestion) naming the grant that would allow it;
-// a command's result is the report of DESIGN §4. Host details that are not
-// the agent's business (why a session could not start) go to the log only.
+// target, rule, message, hint) naming the grant involved and what can be
+// done within the grants; a command's result is the report of DESIGN §4.
+// Host details that are not the agent's business (why a session could not
+// start) go to the log only. The policy change that would allow a denial
+// (a report's operator field) widens the policy and is the operator's: it
+// goes to the audit log, and reaches the model only with
+// Config.AgentAdvice.
 //
 // It stops an agent that follows injected instructions from reaching
 // anything the policy does not grant through the tools: paths outside
 // fs_read/fs_write (including ".." and symlink escapes, checked by the
 // guard), executables outside allowed_tools, hosts outside net_hosts, runs
-// past the budget, and, over HTTP, callers without the bearer token.
+// past the budget, and, over HTTP, callers without the bearer token; and
+// from being told which grants to ask its operator for.
 //
 // It imports guard, policy/..., audit and the MCP SDK, and it is the only
 // package that imports the SDK. It must not import internal/enforce/...,

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -17,10 +18,12 @@ func TestReportMatchesSandbox(t *testing.T) {
 		ExitCode: 124, Signal: &sig, HaltedBy: &halted, DurationMS: 7, Stdout: "o", Stderr: "e",
 		StdoutTruncated: true, StderrTruncated: true,
 		Usage:        sandbox.Usage{CPUMS: 1, MaxMemoryBytes: 2, Ops: 3, OutputBytes: 4},
-		Denials:      []sandbox.Denial{{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "m", Suggestion: "s", Count: 7}},
+		Denials:      []sandbox.Denial{{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "m", Hint: "h", Count: 7}},
 		DenialCounts: sandbox.DenialCounts{Total: 9, ByLayer: map[string]int64{"net": 9}, Dropped: 2},
 		Error:        "err",
 		Enforcement:  sandbox.Enforcement{Namespaces: true, Landlock: 7, Seccomp: true, Cgroup: "v1", Downgrades: []string{"max_cpu"}, FSDenials: "audit"},
+		Operator: &sandbox.Operator{Suggestions: []sandbox.OperatorSuggestion{{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts",
+			Suggestion: `add "evil.example:443" to net_hosts`, Changes: []policy.Change{{Action: policy.ActionAdd, Key: "net_hosts", Value: "evil.example:443"}}}}},
 	}
 	want, err := json.Marshal(in)
 	if err != nil {

@@ -112,11 +112,14 @@ func TestSandboxDenials(t *testing.T) {
 			if !res.IsError || out.Denied == nil {
 				t.Fatalf("%s(%v) = isError %v %q, want a structured denial", tt.tool, tt.args, res.IsError, text(res))
 			}
-			if out.Denied.Rule != tt.rule || (tt.target != "" && out.Denied.Target != tt.target) || out.Denied.Message == "" || out.Denied.Suggestion == "" {
+			if out.Denied.Rule != tt.rule || (tt.target != "" && out.Denied.Target != tt.target) || out.Denied.Message == "" {
 				t.Errorf("%s(%v) denial = %+v, want rule %s target %q", tt.tool, tt.args, *out.Denied, tt.rule, tt.target)
 			}
-			if tt.name == "symlink-out" && strings.HasPrefix(out.Denied.Suggestion, "add ") {
-				t.Errorf("symlink escape suggests widening the grant: %q", out.Denied.Suggestion)
+			if tt.name == "symlink-out" && out.Denied.Hint == "" {
+				t.Errorf("symlink escape has no hint: %+v", *out.Denied)
+			}
+			if strings.Contains(text(res), "add ") {
+				t.Errorf("%s(%v) tells the agent how to widen its policy: %q", tt.tool, tt.args, text(res))
 			}
 			if strings.Contains(text(res), "TOP-SECRET") {
 				t.Errorf("%s(%v) leaked the secret: %q", tt.tool, tt.args, text(res))

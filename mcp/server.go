@@ -57,6 +57,15 @@ type Config struct {
 	// Version is reported to clients as the server's version. Empty means
 	// "dev".
 	Version string
+
+	// AgentAdvice lets tool results carry the operator's advice: the
+	// policy change that would allow each denial (a report's operator
+	// field, the operator field of a refused file tool, and "to allow it"
+	// in the text). Every such change widens the policy, and the agent
+	// reading the result may be following an injected instruction, so
+	// false, the default, leaves the advice to the audit log. Denials
+	// always carry their hint (what to do within the grants).
+	AgentAdvice bool
 }
 
 // Server is an MCP server whose tools act inside airlock sandboxes. It is

@@ -228,9 +228,17 @@ func TestRunInvalidArguments(t *testing.T) {
 }
 
 func TestRunDeniedTool(t *testing.T) {
+	for _, advice := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AgentAdvice=%v", advice), func(t *testing.T) { testRunDeniedTool(t, advice) })
+	}
+}
+
+// testRunDeniedTool: a refused command is a structured denial; the policy
+// change that would allow it reaches the agent only with AgentAdvice.
+func testRunDeniedTool(t *testing.T, advice bool) {
 	p := mustPolicy(t, policy.Spec{AllowedTools: []string{"sh", "/usr/bin/cat"}})
 	fk := &fakes{}
-	cs, _ := connect(t, newServer(t, Config{Policy: p}, fk.new))
+	cs, _ := connect(t, newServer(t, Config{Policy: p, AgentAdvice: advice}, fk.new))
 	tests := []struct {
 		name   string
 		args   map[string]any
@@ -249,9 +257,15 @@ func TestRunDeniedTool(t *testing.T) {
 				t.Fatalf("run(%v) = isError %v %q, want a structured denial", tt.args, res.IsError, text(res))
 			}
 			d := out.Denied
-			if d.Target != tt.target || d.Rule != "allowed_tools" || d.Layer != "exec" || !strings.Contains(d.Message, "allowed: /usr/bin/cat, sh") ||
-				d.Suggestion != `add "`+tt.target+`" to allowed_tools` {
+			if d.Target != tt.target || d.Rule != "allowed_tools" || d.Layer != "exec" || !strings.Contains(d.Message, "allowed: /usr/bin/cat, sh") {
 				t.Errorf("run(%v) denial = %+v", tt.args, *d)
+			}
+			want := `add "` + tt.target + `" to allowed_tools`
+			switch {
+			case advice && (out.Operator == nil || len(out.Operator.Suggestions) != 1 || out.Operator.Suggestions[0].Suggestion != want || !strings.Contains(text(res), want)):
+				t.Errorf("run(%v) with AgentAdvice: operator %+v, text %q; want the suggestion %s", tt.args, out.Operator, text(res), want)
+			case !advice && (out.Operator != nil || strings.Contains(text(res), "add ")):
+				t.Errorf("run(%v) tells the agent how to widen its policy: operator %+v, text %q", tt.args, out.Operator, text(res))
 			}
 			if out.ExitCode != 127 || len(out.Denials) != 1 {
 				t.Errorf("run(%v) report = exit %d, %d denials; want 127 and the denial", tt.args, out.ExitCode, len(out.Denials))

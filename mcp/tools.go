@@ -83,7 +83,7 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 	}
 	if d != nil {
 		s.emitDenial(d)
-		return runDenied(d)
+		return s.runDenied(d)
 	}
 	sess, err := s.sandboxFor(req.Session)
 	if err != nil {
@@ -93,7 +93,7 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 		file, d, err := s.writeCode(sess, pl.code, pl.ext)
 		if err != nil || d != nil {
 			if d != nil {
-				return runDenied(d)
+				return s.runDenied(d)
 			}
 			return nil, RunOutput{}, err
 		}
@@ -117,7 +117,7 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 	raw, err := sess.Exec(ctx, er)
 	if err != nil {
 		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return runDenied(d)
+			return s.runDenied(d)
 		}
 		return nil, RunOutput{}, s.public("run", err)
 	}
@@ -130,6 +130,9 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 	}
 	if rep.DenialCounts.ByLayer == nil {
 		rep.DenialCounts.ByLayer = map[string]int64{}
+	}
+	if !s.cfg.AgentAdvice {
+		rep.Operator = nil // the operator's, not the agent's: see Config.AgentAdvice
 	}
 	res := &sdk.CallToolResult{
 		Content: []sdk.Content{&sdk.TextContent{Text: summarize(rep)}},
@@ -162,7 +165,7 @@ func mayRun(allowed []string, name string) bool {
 
 // runDenied is the result of a run refused before anything started: exit
 // code 127 like the CLI's "not an allowed tool".
-func runDenied(d *Denial) (*sdk.CallToolResult, RunOutput, error) {
+func (s *Server) runDenied(d *Denial) (*sdk.CallToolResult, RunOutput, error) {
 	halted := (*string)(nil)
 	code := 127
 	if d.Layer == "budget" {
@@ -171,8 +174,8 @@ func runDenied(d *Denial) (*sdk.CallToolResult, RunOutput, error) {
 	item := *d
 	item.Count = 1
 	counts := DenialCounts{Total: 1, ByLayer: map[string]int64{d.Layer: 1}}
-	out := RunOutput{Report: Report{ExitCode: code, HaltedBy: halted, Denials: []Denial{item}, DenialCounts: counts, Error: d.Message}, Denied: d}
-	return deniedResult(d), out, nil
+	out := RunOutput{Report: Report{ExitCode: code, HaltedBy: halted, Denials: []Denial{item}, DenialCounts: counts, Error: d.Message, Operator: s.operator(d)}, Denied: d}
+	return s.deniedResult(d), out, nil
 }
 
 // writeCode writes code to a fresh file in the session's workspace and
@@ -207,7 +210,7 @@ func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in Read
 	data, err := sess.Guard().Read(in.Path)
 	if err != nil {
 		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return deniedResult(d), ReadFileOutput{Denied: d}, nil
+			return s.deniedResult(d), ReadFileOutput{Denied: d, Operator: s.operator(d)}, nil
 		}
 		return nil, ReadFileOutput{}, s.fileError("read_file", err)
 	}
@@ -241,7 +244,7 @@ func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in Wri
 	}
 	if err := sess.Guard().Write(in.Path, data); err != nil {
 		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return deniedResult(d), WriteFileOutput{Denied: d}, nil
+			return s.deniedResult(d), WriteFileOutput{Denied: d, Operator: s.operator(d)}, nil
 		}
 		return nil, WriteFileOutput{}, s.fileError("write_file", err)
 	}
@@ -262,7 +265,7 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in Lis
 	entries, err := sess.Guard().List(dir)
 	if err != nil {
 		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return deniedResult(d), ListFilesOutput{Denied: d}, nil
+			return s.deniedResult(d), ListFilesOutput{Denied: d, Operator: s.operator(d)}, nil
 		}
 		return nil, ListFilesOutput{}, s.fileError("list_files", err)
 	}

@@ -1,6 +1,10 @@
 package mcp
 
-import "time"
+import (
+	"time"
+
+	"github.com/airlock-sandbox/airlock/policy"
+)
 
 // The tool names, as the model sees them.
 const (
@@ -29,6 +33,26 @@ type Report struct {
 	Error           string       `json:"error,omitempty" jsonschema:"why nothing ran (exit codes 125, 126, 127)"`
 	Enforcement     Enforcement  `json:"enforcement"`
 	Writes          *Writes      `json:"writes,omitempty" jsonschema:"what the copy back of fs_write grants did when the run ended: refused (protected) and failed paths are listed"`
+	Operator        *Operator    `json:"operator,omitempty" jsonschema:"advice for the operator who writes the policy, present only when the operator started airlock mcp with --agent-advice"`
+}
+
+// Operator is advice for the operator: the policy changes that would allow
+// what was denied. Each widens the policy, so the server leaves it out of
+// tool results unless Config.AgentAdvice is set. Its fields are those of
+// sandbox.Operator.
+type Operator struct {
+	Suggestions []OperatorSuggestion `json:"suggestions"`
+}
+
+// OperatorSuggestion is the policy change that would allow one denial or
+// halt. Its fields are those of sandbox.OperatorSuggestion.
+type OperatorSuggestion struct {
+	Layer      string          `json:"layer"`
+	Op         string          `json:"op,omitempty"`
+	Target     string          `json:"target,omitempty"`
+	Rule       string          `json:"rule"`
+	Suggestion string          `json:"suggestion" jsonschema:"the change as text, e.g. add \"pypi.org:443\" to net_hosts"`
+	Changes    []policy.Change `json:"changes"`
 }
 
 // Usage is what a run or session consumed.
@@ -42,13 +66,16 @@ type Usage struct {
 
 // Denial is a refused operation, naming the grant that would allow it.
 type Denial struct {
-	Layer      string `json:"layer" jsonschema:"fs, net, exec, budget, tool or kernel"`
-	Op         string `json:"op"`
-	Target     string `json:"target"`
-	Rule       string `json:"rule" jsonschema:"the grant or budget: fs_read, fs_write, net_hosts, allowed_tools, max_ops ..."`
-	Message    string `json:"message"`
-	Suggestion string `json:"suggestion,omitempty" jsonschema:"the smallest policy change that would allow it"`
-	Count      int64  `json:"count,omitempty" jsonschema:"in a report: how many times it happened"`
+	Layer   string `json:"layer" jsonschema:"fs, net, exec, budget, tool or kernel"`
+	Op      string `json:"op"`
+	Target  string `json:"target"`
+	Rule    string `json:"rule" jsonschema:"the grant or budget: fs_read, fs_write, net_hosts, allowed_tools, max_ops ..."`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty" jsonschema:"what can be done instead within the grants"`
+	Count   int64  `json:"count,omitempty" jsonschema:"in a report: how many times it happened"`
+
+	// fix is the policy change that would allow it, for the operator.
+	fix policy.Suggestion
 }
 
 // DenialCounts counts every denial of a run, itemized or not.
@@ -92,11 +119,12 @@ type ReadFileInput struct {
 
 // ReadFileOutput is the result of read_file: the content, or Denied.
 type ReadFileOutput struct {
-	Path     string  `json:"path,omitempty" jsonschema:"the path as given"`
-	Content  string  `json:"content,omitempty" jsonschema:"the file's content; base64 when encoding says so"`
-	Encoding string  `json:"encoding,omitempty" jsonschema:"base64 when the file is not UTF-8 text, else absent"`
-	Size     int     `json:"size,omitempty" jsonschema:"the file's size in bytes"`
-	Denied   *Denial `json:"denied,omitempty" jsonschema:"set when the read was refused"`
+	Path     string    `json:"path,omitempty" jsonschema:"the path as given"`
+	Content  string    `json:"content,omitempty" jsonschema:"the file's content; base64 when encoding says so"`
+	Encoding string    `json:"encoding,omitempty" jsonschema:"base64 when the file is not UTF-8 text, else absent"`
+	Size     int       `json:"size,omitempty" jsonschema:"the file's size in bytes"`
+	Denied   *Denial   `json:"denied,omitempty" jsonschema:"set when the read was refused"`
+	Operator *Operator `json:"operator,omitempty" jsonschema:"advice for the operator, present only with --agent-advice"`
 }
 
 // WriteFileInput is the arguments of write_file.
@@ -108,9 +136,10 @@ type WriteFileInput struct {
 
 // WriteFileOutput is the result of write_file.
 type WriteFileOutput struct {
-	Path   string  `json:"path,omitempty" jsonschema:"the path as given"`
-	Bytes  int     `json:"bytes,omitempty" jsonschema:"bytes written"`
-	Denied *Denial `json:"denied,omitempty" jsonschema:"set when the write was refused"`
+	Path     string    `json:"path,omitempty" jsonschema:"the path as given"`
+	Bytes    int       `json:"bytes,omitempty" jsonschema:"bytes written"`
+	Denied   *Denial   `json:"denied,omitempty" jsonschema:"set when the write was refused"`
+	Operator *Operator `json:"operator,omitempty" jsonschema:"advice for the operator, present only with --agent-advice"`
 }
 
 // ListFilesInput is the arguments of list_files.
@@ -128,9 +157,10 @@ type FileEntry struct {
 
 // ListFilesOutput is the result of list_files.
 type ListFilesOutput struct {
-	Path    string      `json:"path,omitempty" jsonschema:"the directory listed"`
-	Entries []FileEntry `json:"entries,omitempty" jsonschema:"the entries, sorted by name"`
-	Denied  *Denial     `json:"denied,omitempty" jsonschema:"set when the listing was refused"`
+	Path     string      `json:"path,omitempty" jsonschema:"the directory listed"`
+	Entries  []FileEntry `json:"entries,omitempty" jsonschema:"the entries, sorted by name"`
+	Denied   *Denial     `json:"denied,omitempty" jsonschema:"set when the listing was refused"`
+	Operator *Operator   `json:"operator,omitempty" jsonschema:"advice for the operator, present only with --agent-advice"`
 }
 
 // SessionInfoInput is the (empty) arguments of session_info.

@@ -48,6 +48,17 @@ type DenyError struct {
 	// Protected marks a write refused because the path is on the
 	// protected list: widening fs_write would not allow it.
 	Protected bool
+	// Hint, when set, says what the program can do instead within its
+	// grants, such as "use the real path instead of the symlink". It never
+	// widens the policy, so it is safe to show the sandboxed program. ""
+	// means there is nothing to say beyond Reason.
+	Hint string
+	// Fix, when set, is the policy change that would allow the operation,
+	// computed by the denier because it knows more than the policy does
+	// (which folder exists on the host, say). It is advice for the
+	// operator, never for the program (see Suggestion). The zero Fix
+	// leaves it to (*Policy).Suggest.
+	Fix Suggestion
 }
 
 func (e *DenyError) Error() string {
@@ -60,9 +71,3 @@ func (e *DenyError) Error() string {
 
 // Is reports whether target is ErrDenied.
 func (e *DenyError) Is(target error) bool { return target == ErrDenied }
-
-// Suggestion returns the smallest policy change that would allow the
-// operation, for example `add "/data/q3.csv" to fs_read`.
-func (e *DenyError) Suggestion() string {
-	return "add " + strconv.Quote(e.Subject) + " to " + e.Cap.String()
-}

@@ -64,6 +64,13 @@ type Config struct {
 	// it. Zero keeps it. `airlock serve` sets each session's share of its
 	// file descriptors here.
 	MaxProxyConns int
+
+	// AgentAdvice lets the egress proxy's refusals, which the sandboxed
+	// program reads, name the net_hosts entry that would allow the
+	// request. False, the default, keeps that advice (which widens the
+	// policy) for the operator: the audit events and Report.Operator carry
+	// it either way.
+	AgentAdvice bool
 }
 
 // proxyConnCap is the egress proxy's connection cap for a sandbox of

@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/fsaudit"
+	"github.com/airlock-sandbox/airlock/policy"
 )
 
 // One audit collector serves every run of the process; it is started by
@@ -105,7 +106,11 @@ func (f *fsDenials) emit(r *run, settle bool) {
 	f.seen = max(f.seen, len(ds))
 	f.mu.Unlock()
 	for _, d := range fresh {
-		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message, Suggestion: d.Suggestion})
+		e := audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message, Hint: d.Hint}
+		if c, ok := d.Grant(); ok {
+			e.Suggestion = r.c.Policy.Suggest(&policy.DenyError{Cap: c, Op: d.Op, Subject: d.Target}).String()
+		}
+		r.sink.Emit(e)
 	}
 	if f.run.Stats().Incomplete() {
 		r.report.Enforcement.FSDenials = fsReported + "; some records were lost, so the list may be incomplete"

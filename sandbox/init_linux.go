@@ -294,7 +294,7 @@ func (ip *initProc) serveProxy(r *run, fds []int) {
 		return
 	}
 	p, err := egress.New(egress.Config{Policy: r.c.Policy, Meter: r.meter, Audit: r.sink, Resolver: r.c.Resolver, Dialer: r.c.Dialer, Logger: r.log,
-		MaxConns: proxyConnCap(r.c.Policy.Budget().Pids, r.c.MaxProxyConns)})
+		MaxConns: proxyConnCap(r.c.Policy.Budget().Pids, r.c.MaxProxyConns), AgentAdvice: r.c.AgentAdvice})
 	if err != nil {
 		r.log.Error("egress", "err", err) // no proxy: the sandbox has no way out at all
 		return

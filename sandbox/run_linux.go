@@ -11,7 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +61,13 @@ type run struct {
 
 	fs *fsDenials // nil when filesystem denials are not collected
 
+	// pl is the compiled plan, for explaining a failed exec; nil when the
+	// plan was not compiled.
+	pl *plan.Plan
+	// session is the session's own run when this is one of its execs, nil
+	// for a run of its own.
+	session *run
+
 	mu      sync.Mutex
 	haltMsg string // guarded by mu
 }
@@ -87,6 +94,7 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return r.refuse(planExitCode(err), err), nil
 	}
+	r.pl = pl
 	switch c.Isolation {
 	case "", IsolationNamespaces:
 		r.exec(ctx, pl)
@@ -111,7 +119,8 @@ func (r *run) refuse(code int, err error) *Report {
 	r.report.Error = err.Error()
 	var de *policy.DenyError
 	if errors.As(err, &de) {
-		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerExec, Op: de.Op, Target: de.Subject, Rule: de.Cap.String(), Message: de.Error(), Suggestion: de.Suggestion()})
+		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerExec, Op: de.Op, Target: de.Subject, Rule: de.Cap.String(),
+			Message: de.Error(), Suggestion: r.c.Policy.Suggest(de).String(), Hint: de.Hint})
 	}
 	r.finish()
 	return r.report
@@ -119,7 +128,7 @@ func (r *run) refuse(code int, err error) *Report {
 
 func (r *run) finish() {
 	r.report.DurationMS = time.Since(r.start).Milliseconds()
-	r.report.Denials, r.report.DenialCounts = denialsFrom(r.rec.Take())
+	r.report.setDenials(r.rec.Take())
 	if r.meter != nil {
 		r.report.Usage.Ops, r.report.Usage.OutputBytes = r.meter.Usage()
 	}
@@ -275,25 +284,60 @@ func (r *run) reportHalt() bool {
 	s := string(h)
 	r.report.HaltedBy = &s
 	r.report.ExitCode = 124
-	suggestion := "raise " + s + " in the policy's budget if the work needs more"
-	if h == budget.Interrupted {
-		suggestion = "" // the caller stopped it: no budget to raise
+	e := audit.Event{Time: time.Now(), Kind: audit.Halt, Layer: audit.LayerBudget, Rule: s, Message: r.haltMessage()}
+	switch {
+	case h == budget.Interrupted:
+		// The caller stopped it: there is no budget to raise.
 		r.report.Error = r.haltMessage()
+	case r.execTimedOut(h):
+		// The exec's own timeout ended it, not the policy: the caller may
+		// give it a longer one.
+		e.Hint = "give the exec a longer timeout, up to what is left of the session's max_wall"
+	default:
+		e.Suggestion = r.c.Policy.SuggestBudget(h).String()
 	}
-	r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Halt, Layer: audit.LayerBudget, Rule: s, Message: r.haltMessage(), Suggestion: suggestion})
+	r.sink.Emit(e)
+	r.report.addSuggestion(e)
 	return true
 }
 
+// execTimedOut reports whether a session's exec was halted at max_wall by
+// its own timeout while the session had time left.
+func (r *run) execTimedOut(h budget.Limit) bool {
+	if r.session == nil || h != budget.MaxWall || r.session.meter.HaltedBy() != "" {
+		return false
+	}
+	now := time.Now()
+	if r.c.Clock != nil {
+		now = r.c.Clock.Now() // the clock the meters' deadlines are on
+	}
+	return now.Before(r.session.meter.Deadline())
+}
+
 // exitStatus fills the report from the init's exit message for a command.
+// When the init could not start argv0, it says why, naming the real cause
+// (a missing #! interpreter or dynamic loader) and, when a policy change
+// would let it start, emits the denial with that change as its suggestion.
 func (r *run) exitStatus(m nsinit.Message, argv0 string) {
 	r.report.ExitCode = m.Code
 	if m.Signal != 0 {
 		s := m.Signal
 		r.report.Signal = &s
 	}
-	if m.Error != "" {
-		r.report.Error = m.Error
-		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerExec, Op: "exec", Target: argv0, Rule: policy.AllowedTools.String(), Message: m.Error, Suggestion: "add " + strconv.Quote(argv0) + " to allowed_tools if it should run"})
+	if m.Error == "" {
+		return
+	}
+	r.report.Error = m.Error
+	if (m.Code != 126 && m.Code != 127) || !strings.HasPrefix(m.Error, "exec "+argv0+": ") {
+		return // not an exec that failed: the session ended, say
+	}
+	d := diagnoseExec(r.pl, r.c.Policy, argv0)
+	if d.cause != "" {
+		r.report.Error = m.Error + ": " + d.cause
+	}
+	if !d.fix.IsZero() {
+		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerExec, Op: "exec", Target: argv0, Rule: policy.AllowedTools.String(),
+			Message: d.cause, Suggestion: d.fix.String(), Hint: d.hint})
 	}
 }
 

@@ -50,7 +50,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		wall = req.Timeout
 	}
 	lim := s.r.c.Policy.Budget()
-	e := &run{c: s.r.c, start: start, report: &Report{Denials: []Denial{}}, log: s.r.log, sink: s.r.sink,
+	e := &run{c: s.r.c, start: start, report: &Report{Denials: []Denial{}}, log: s.r.log, sink: s.r.sink, pl: s.pl, session: s.r,
 		meter: budget.NewMeter(budget.Limits{OutputBytes: lim.OutputBytes, Wall: max(wall, time.Millisecond)}, s.r.c.Clock)}
 	e.report.Enforcement = s.r.report.Enforcement
 	opsBefore, _ := s.r.meter.Usage()
@@ -62,7 +62,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		// Everything denied since the previous exec's report, including
 		// what background processes provoked between execs; concurrent
 		// execs split the denials between them, each reported once.
-		e.report.Denials, e.report.DenialCounts = denialsFrom(s.r.rec.Take())
+		e.report.setDenials(s.r.rec.Take())
 		// The exec's own usage: the ops charged while it ran (this exec's
 		// and its background's), its output, and from wait4 the CPU and
 		// peak memory of its process and what that process waited for.
@@ -111,6 +111,11 @@ func (s *Session) resolveTool(args []string) (string, error) {
 	name := args[0]
 	if strings.HasPrefix(name, "/") {
 		if p := path.Clean(name); slices.Contains(s.pl.Tools, p) {
+			return p, nil
+		}
+		// The sandbox's own symlinks lead /bin/sh to the allowed
+		// /usr/bin/sh: the same file, by the name the program used.
+		if p, m := resolveInside(s.pl, name); m != nil && m.Target == p && slices.Contains(s.pl.Tools, p) {
 			return p, nil
 		}
 	} else if !strings.Contains(name, "/") {

@@ -160,8 +160,10 @@ func (st *staging) writeBack(r *run) *writeback.Result {
 		Pinned: pins,
 	})
 	for _, e := range res.Refused {
+		// The operator may unprotect a path (fs_unprotect), never the
+		// sandbox: the suggestion is theirs, and never fs_write.
 		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerFS, Op: "write back", Target: e.Path, Rule: "fs_protect",
-			Message: "kept off the host: " + e.Reason})
+			Message: "kept off the host: " + e.Reason, Suggestion: p.SuggestWriteBack(e.Path).String()})
 	}
 	for _, e := range res.Failed {
 		r.log.Error("write back", "path", e.Path, "err", e.Reason)

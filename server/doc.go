@@ -23,7 +23,10 @@
 // guard resolves beneath the grant root and the refusal is a 403 with a
 // structured denial), oversized bodies from exhausting memory, and idle or
 // abandoned sessions from living on: they end at their deadline, after the
-// idle timeout, or when the server shuts down.
+// idle timeout, or when the server shuts down. Denials carry a hint (what
+// to do within the grants); the policy change that would allow one widens
+// the policy and is the operator's, so reports and 403s carry it (their
+// "operator" field) only with Config.AgentAdvice.
 //
 // It imports policy/..., guard, audit and the standard library. It must not import
 // internal/enforce (checked by deps_test.go), nor sandbox, which reaches

@@ -227,7 +227,10 @@ type apiErr struct {
 	Error struct {
 		Code     string `json:"code"`
 		Message  string `json:"message"`
-		Denial   *struct{ Layer, Op, Target, Rule, Message, Suggestion string }
+		Denial   *struct{ Layer, Op, Target, Rule, Message, Hint string }
+		Operator *struct {
+			Suggestions []struct{ Layer, Op, Target, Rule, Suggestion string }
+		}
 		Problems []struct {
 			Line, Col int
 			Message   string

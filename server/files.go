@@ -61,7 +61,7 @@ func (s *Server) fileOp(w http.ResponseWriter, r *http.Request, owner int, op, p
 		writeError(w, ae)
 		return false
 	}
-	ae = guardError(err, op, p, e.policy)
+	ae = guardError(err, op, p, e.policy, s.cfg.AgentAdvice)
 	if ae == nil {
 		s.log.Error("file op", "session", e.id, "op", op, "path", abs, "err", err)
 		ae = errorf(http.StatusInternalServerError, "internal", op+" "+strconv.Quote(p)+" failed: the server log has the details")

@@ -97,6 +97,15 @@ type Config struct {
 	// Clock times idle expiry and session records. Nil means the system
 	// clock. Network deadlines always use the real clock.
 	Clock budget.Clock
+
+	// AgentAdvice lets responses carry the operator's advice: an exec
+	// report's "operator" field and a 403's, which name the policy change
+	// that would allow each denial. Every such change widens the policy,
+	// and the token holder may be an agent following an injected
+	// instruction, so false, the default, removes the advice; the audit
+	// log keeps it. Denials always carry their hint (what to do within
+	// the grants).
+	AgentAdvice bool
 }
 
 // Server serves the API. It is safe for concurrent use.

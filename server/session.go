@@ -90,13 +90,13 @@ type Info struct {
 // Denial is one distinct refused operation. Its fields are those of
 // sandbox.Denial, so that cmd/airlock converts one into the other.
 type Denial struct {
-	Layer      string `json:"layer"`
-	Op         string `json:"op"`
-	Target     string `json:"target"`
-	Rule       string `json:"rule"`
-	Message    string `json:"message"`
-	Suggestion string `json:"suggestion,omitempty"`
-	Count      int64  `json:"count"`
+	Layer   string `json:"layer"`
+	Op      string `json:"op"`
+	Target  string `json:"target"`
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+	Hint    string `json:"hint,omitempty"` // what to do instead within the grants
+	Count   int64  `json:"count"`
 }
 
 // DenialCounts counts denials, itemized or not. Its fields are those of

@@ -415,6 +415,13 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
 	case len(rep) == 0:
 		s.log.Error("airlock bug: exec returned neither a report nor an error", "session", e.id)
 		fail = errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
+	case !s.cfg.AgentAdvice:
+		// The report's operator field names the policy changes that would
+		// allow its denials: the operator's advice, not the client's.
+		if rep, err = withoutOperator(rep); err != nil {
+			s.log.Error("airlock bug: exec report", "session", e.id, "err", err)
+			fail = errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
+		}
 	}
 	if es != nil {
 		es.finish(rep, fail)

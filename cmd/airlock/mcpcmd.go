@@ -33,6 +33,14 @@ Without --listen it speaks MCP over stdin/stdout, for one client. With
 --token-file or $AIRLOCK_TOKEN (at least 16 characters), unless
 --insecure-no-auth is given and ADDR is a loopback address.
 
+Advice is the operator's. A denial in a tool result says what was refused
+and why, and what the agent can do within its grants (its hint). The
+policy change that would allow it (add "evil.example:443" to net_hosts)
+widens the policy, and the agent may be following an instruction injected
+into what it read: that advice goes to the audit log (--audit) only,
+unless --agent-advice passes it on in results ("operator" and the text)
+and in the egress proxy's refusals.
+
 examples:
   airlock mcp --fs-write ./work --tool python3
   AIRLOCK_TOKEN=$(head -c 24 /dev/urandom | base64) airlock mcp --policy agent.yaml --listen 127.0.0.1:8808`
@@ -46,6 +54,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	noAuth := fs.Bool("insecure-no-auth", false, "serve HTTP without a token; only on a loopback ADDR")
 	maxSessions := fs.Int("max-sessions", 0, "sandboxes alive at once across HTTP clients (default 8)")
 	auditFile := fs.String("audit", "", "append every audit event as JSON lines to `FILE` (mode 0600)")
+	agentAdvice := fs.Bool("agent-advice", false, "give the agent the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,9 +79,9 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
-	cfg := mcp.Config{Policy: p, Dir: pf.cwd, MaxSessions: *maxSessions, Version: version, Logger: logger, Audit: sink,
+	cfg := mcp.Config{Policy: p, Dir: pf.cwd, MaxSessions: *maxSessions, Version: version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
-			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger})
+			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, AgentAdvice: *agentAdvice})
 			if err != nil {
 				return nil, err
 			}

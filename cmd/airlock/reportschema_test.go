@@ -13,7 +13,10 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -140,6 +143,10 @@ func TestReportSchemaMatchesType(t *testing.T) {
 	}
 	if mi := root.Properties["denials"].MaxItems; mi == nil || *mi != audit.DefaultMaxDistinct+audit.MaxExtraKinds {
 		t.Errorf("denials maxItems = %v, want audit.DefaultMaxDistinct+MaxExtraKinds (%d)", mi, audit.DefaultMaxDistinct+audit.MaxExtraKinds)
+	}
+	actions := []any{string(policy.ActionAdd), string(policy.ActionRemove), string(policy.ActionRaise)}
+	if got := root.Defs["change"].Properties["action"].Enum; !slices.Equal(got, actions) {
+		t.Errorf("change.action enum = %v, want %v", got, actions)
 	}
 	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite), string(budget.Interrupted)}
 	if got := root.Defs["limit"].Enum; !slices.Equal(got, limits) {
@@ -283,6 +290,9 @@ func TestReportSchemaValidatesRealReports(t *testing.T) {
 			if tt.name == "denied-egress" && !strings.Contains(r.stdout, `"rule": "net_hosts"`) {
 				t.Errorf("airlock %q: report lists no net_hosts denial, so the schema's denial items went unchecked\n%s", tt.args, r.stdout)
 			}
+			if (tt.name == "denied-egress" || tt.name == "halted") && !strings.Contains(r.stdout, `"operator"`) {
+				t.Errorf("airlock %q: report has no operator advice, so the schema's operator went unchecked\n%s", tt.args, r.stdout)
+			}
 		})
 	}
 	// And the validator itself rejects what the schema forbids.
@@ -319,3 +329,48 @@ const validReportJSON = `{"exit_code": 0, "signal": null, "halted_by": null, "du
  "usage": {"cpu_ms": 0, "max_memory_bytes": 0, "ops": 0, "output_bytes": 0, "write_bytes": 0},
  "denials": [], "denial_counts": {"total": 0, "by_layer": {}, "dropped": 0},
  "enforcement": {"namespaces": true, "landlock_abi": 7, "seccomp": true, "fs_denials": ""}}`
+
+// TestReportCopiesMatchSandbox: the report types that client and mcp copy
+// carry every field of sandbox.Report, the operator's advice included, so
+// a report decoded and re-encoded there is the JSON the sandbox wrote.
+func TestReportCopiesMatchSandbox(t *testing.T) {
+	sig, halted := 9, "max_wall"
+	in := sandbox.Report{
+		ExitCode: 124, Signal: &sig, HaltedBy: &halted, DurationMS: 7, Stdout: "o", Stderr: "e",
+		StdoutTruncated: true, StderrTruncated: true,
+		Usage:        sandbox.Usage{CPUMS: 1, MaxMemoryBytes: 2, Ops: 3, OutputBytes: 4, WriteBytes: 5},
+		Denials:      []sandbox.Denial{{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "m", Hint: "h", Count: 7}},
+		DenialCounts: sandbox.DenialCounts{Total: 9, ByLayer: map[string]int64{"net": 9}, Dropped: 2},
+		Error:        "err",
+		Enforcement:  sandbox.Enforcement{Namespaces: true, Landlock: 7, Seccomp: true, Cgroup: "v1", Downgrades: []string{"max_cpu"}, FSDenials: "audit"},
+		Writes:       &sandbox.Writes{Complete: true, Files: 1, Bytes: 2, Refused: []sandbox.WriteEntry{{Path: "/w/.envrc", Reason: "protected"}}, RefusedTotal: 1},
+		Operator: &sandbox.Operator{Suggestions: []sandbox.OperatorSuggestion{
+			{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Suggestion: `add "evil.example:443" to net_hosts`,
+				Changes: []policy.Change{{Action: policy.ActionAdd, Key: "net_hosts", Value: "evil.example:443"}}},
+			{Layer: "budget", Rule: "max_wall", Suggestion: `raise max_wall to "1m"`, Changes: []policy.Change{{Action: policy.ActionRaise, Key: "max_wall", Value: "1m"}}},
+		}},
+	}
+	want, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, copy := range map[string]any{"client.Report": &client.Report{}, "mcp.Report": &mcp.Report{}} {
+		if err := json.Unmarshal(want, copy); err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.Marshal(copy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, b map[string]any
+		if err := json.Unmarshal(want, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(got, &b); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s round trip:\n got %s\nwant %s", name, got, want)
+		}
+	}
+}

@@ -53,6 +53,14 @@ its execs; it is removed when the session ends. The workspaces live in the
 server's own 0700 folder in --workspace-dir, removed at exit; the folders of
 killed servers are removed by the next server using that --workspace-dir.
 
+Advice is the operator's. A denial in a report or a 403 says what was
+refused and why, and what the program can do within its grants (its
+hint). The policy change that would allow it (add "evil.example:443" to
+net_hosts) widens the policy, and a token holder may be an agent following
+an instruction injected into what it read: that advice goes to the audit
+log (--audit) only, unless --agent-advice passes it on in the report's and
+the 403's "operator" field and in the egress proxy's refusals.
+
 The token file holds one token per line; blank lines and lines starting
 with # are skipped. A line "TOKEN ceiling=FILE" gives that token its own
 ceiling in place of --ceiling (FILE relative to the token file's folder).
@@ -84,6 +92,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
 	auditFile := fs.String("audit", "", "append audit events (JSON lines) to `FILE`")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
+	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -171,7 +180,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
 	srv, err := server.New(server.Config{
-		NewSession:     serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns}),
+		NewSession:     serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns, AgentAdvice: *agentAdvice}),
 		Tokens:         tokens,
 		InsecureNoAuth: *noAuth,
 		PolicyDir:      dir,
@@ -182,6 +191,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		Idle:           *idle,
 		MaxUpload:      maxUpload,
 		Logger:         log,
+		AgentAdvice:    *agentAdvice,
 	})
 	if err != nil {
 		return fail("%v", err)

@@ -26,7 +26,8 @@ const (
 const maxSummaryDenials = 100
 
 // summary is what `airlock run` without --json prints on stderr after the
-// command's own output: one line per denial with its suggestion, the halt
+// command's own output: one line per denial with its hint and the
+// operator's suggestion (the policy change that would allow it), the halt
 // and its reason, accepted downgrades, and airlock's own error. Every
 // field in it is escaped and bounded with termtext.Field: targets, names
 // and messages come from the sandbox (a host name it asked the proxy for,
@@ -47,6 +48,15 @@ func (s summary) write(w io.Writer) {
 	}
 	f := termtext.Field
 	rep := s.rep
+	// The policy changes that would allow each denial: the operator's
+	// advice, which the terminal is for.
+	type key struct{ layer, op, target, rule string }
+	advice := map[key]string{}
+	if rep.Operator != nil {
+		for _, o := range rep.Operator.Suggestions {
+			advice[key{o.Layer, o.Op, o.Target, o.Rule}] = o.Suggestion
+		}
+	}
 	for i, d := range rep.Denials {
 		if i == maxSummaryDenials {
 			fmt.Fprintf(w, "airlock: %d more denials not shown: --json or --audit FILE lists every one\n", len(rep.Denials)-i)
@@ -56,8 +66,11 @@ func (s summary) write(w io.Writer) {
 		if d.Count > 1 {
 			line = fmt.Sprintf("airlock: %s %d times: %s %s (%s): %s", paint(sgrRed, "denied"), d.Count, f(d.Op), f(d.Target), f(d.Rule), f(d.Message))
 		}
-		if d.Suggestion != "" {
-			line += "; to allow it: " + paint(sgrCyan, f(d.Suggestion))
+		if d.Hint != "" {
+			line += "; " + f(d.Hint)
+		}
+		if a := advice[key{d.Layer, d.Op, d.Target, d.Rule}]; a != "" {
+			line += "; to allow it: " + paint(sgrCyan, f(a))
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -69,8 +82,11 @@ func (s summary) write(w io.Writer) {
 		if s.halt != nil && s.halt.Message != "" {
 			line += ": " + f(s.halt.Message)
 		}
+		if s.halt != nil && s.halt.Hint != "" {
+			line += "; " + f(s.halt.Hint)
+		}
 		if s.halt != nil && s.halt.Suggestion != "" {
-			line += "; " + paint(sgrCyan, f(s.halt.Suggestion))
+			line += "; if the work needs more: " + paint(sgrCyan, f(s.halt.Suggestion))
 		}
 		fmt.Fprintln(w, line)
 	}

@@ -14,10 +14,24 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 func ptr[T any](v T) *T { return &v }
+
+// operatorOf is a report's Operator with suggestions os, their changes
+// parsed from their text.
+func operatorOf(sugg ...sandbox.OperatorSuggestion) *sandbox.Operator {
+	for i := range sugg {
+		s, err := policy.ParseSuggestion(sugg[i].Suggestion)
+		if err != nil {
+			panic(err)
+		}
+		sugg[i].Changes = s.Changes
+	}
+	return &sandbox.Operator{Suggestions: sugg}
+}
 
 // sampleReports are the reports the golden tests print.
 func sampleReports() []struct {
@@ -37,29 +51,42 @@ func sampleReports() []struct {
 			Stdout: "trend: written\ncredentials: FileNotFoundError\n", Stderr: "",
 			Usage: sandbox.Usage{CPUMS: 4950, Ops: 1, OutputBytes: 48},
 			Denials: []sandbox.Denial{
-				{Layer: "fs", Op: "open", Target: "/tmp/home/.aws/credentials", Rule: "fs_read", Message: "path is outside fs_read", Suggestion: `add "/tmp/home/.aws" to fs_read`, Count: 1},
-				{Layer: "net", Op: "connect", Target: "127.0.0.1:40123", Rule: "net_hosts", Message: "127.0.0.1 is not in net_hosts", Suggestion: `add "127.0.0.1:40123" to net_hosts`, Count: 1},
+				{Layer: "fs", Op: "open", Target: "/tmp/home/.aws/credentials", Rule: "fs_read", Message: "path is outside fs_read", Count: 1},
+				{Layer: "net", Op: "connect", Target: "127.0.0.1:40123", Rule: "net_hosts", Message: "127.0.0.1 is not in net_hosts", Count: 1},
 			},
 			DenialCounts: sandbox.DenialCounts{Total: 2, ByLayer: map[string]int64{"fs": 1, "net": 1}},
-			Enforcement:  enf},
-			&audit.Event{Kind: audit.Halt, Layer: audit.LayerBudget, Rule: "max_wall", Message: "the run passed max_wall and was killed with everything it started", Suggestion: "raise max_wall in the policy's budget if the work needs more"}},
+			Enforcement:  enf,
+			Operator: operatorOf(
+				sandbox.OperatorSuggestion{Layer: "fs", Op: "open", Target: "/tmp/home/.aws/credentials", Rule: "fs_read", Suggestion: `add "/tmp/home/.aws/credentials" to fs_read`},
+				sandbox.OperatorSuggestion{Layer: "net", Op: "connect", Target: "127.0.0.1:40123", Rule: "net_hosts", Suggestion: `add "127.0.0.1:40123" to net_hosts`},
+				sandbox.OperatorSuggestion{Layer: "budget", Rule: "max_wall", Suggestion: `raise max_wall to "10s"`})},
+			&audit.Event{Kind: audit.Halt, Layer: audit.LayerBudget, Rule: "max_wall", Message: "the run passed max_wall and was killed with everything it started", Suggestion: `raise max_wall to "10s"`}},
 		{"signal-downgraded", &sandbox.Report{ExitCode: 137, Signal: ptr(9), DurationMS: 80, Denials: []sandbox.Denial{},
 			Enforcement: sandbox.Enforcement{Namespaces: true, Seccomp: true, Downgrades: []string{"landlock", "max_memory", "max_pids"}, FSDenials: "not reported: no Landlock"}}, nil},
 		{"refused", &sandbox.Report{ExitCode: 125, DurationMS: 1, Denials: []sandbox.Denial{},
 			Error: "cgroup limits for max_memory cannot be enforced here: cgroup: memory controller unavailable: not mounted (run as root, delegate a cgroup v2 subtree, or add \"max_memory\" to allow_downgrade)"}, nil},
 		{"tool-denied", &sandbox.Report{ExitCode: 127, DurationMS: 2,
-			Denials:      []sandbox.Denial{{Layer: "exec", Op: "exec", Target: "curl", Rule: "allowed_tools", Message: "policy: allowed_tools not granted for curl", Suggestion: `add "curl" to allowed_tools`, Count: 1}},
+			Denials:      []sandbox.Denial{{Layer: "exec", Op: "exec", Target: "curl", Rule: "allowed_tools", Message: "policy: allowed_tools not granted for curl", Count: 1}},
 			DenialCounts: sandbox.DenialCounts{Total: 1, ByLayer: map[string]int64{"exec": 1}},
-			Error:        "policy: allowed_tools not granted for curl"}, nil},
+			Error:        "policy: allowed_tools not granted for curl",
+			Operator:     operatorOf(sandbox.OperatorSuggestion{Layer: "exec", Op: "exec", Target: "curl", Rule: "allowed_tools", Suggestion: `add "curl" to allowed_tools`})}, nil},
+		{"hint", &sandbox.Report{ExitCode: 1, DurationMS: 2,
+			Denials: []sandbox.Denial{{Layer: "fs", Op: "read", Target: "/data/link", Rule: "fs_read", Message: "resolves outside the grant through a symlink",
+				Hint: "use the path the symlink points to", Count: 1}},
+			DenialCounts: sandbox.DenialCounts{Total: 1, ByLayer: map[string]int64{"fs": 1}}}, nil},
 		{"denial-flood", &sandbox.Report{ExitCode: 124, HaltedBy: ptr("max_ops"), DurationMS: 40,
 			Usage: sandbox.Usage{CPUMS: 30, Ops: 10},
 			Denials: []sandbox.Denial{
-				{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "evil.example is not in net_hosts", Suggestion: `add "evil.example:443" to net_hosts`, Count: 4000},
-				{Layer: "net", Op: "connect", Target: "x1.example:443", Rule: "net_hosts", Message: "x1.example is not in net_hosts", Suggestion: `add "x1.example:443" to net_hosts`, Count: 1},
+				{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "evil.example is not in net_hosts", Count: 4000},
+				{Layer: "net", Op: "connect", Target: "x1.example:443", Rule: "net_hosts", Message: "x1.example is not in net_hosts", Count: 1},
 			},
 			DenialCounts: sandbox.DenialCounts{Total: 5000, ByLayer: map[string]int64{"net": 5000}, Dropped: 999},
-			Enforcement:  enf},
-			&audit.Event{Kind: audit.Halt, Layer: audit.LayerBudget, Rule: "max_ops", Message: "the run used max_ops boundary crossings", Suggestion: "raise max_ops in the policy's budget if the work needs more"}},
+			Enforcement:  enf,
+			Operator: operatorOf(
+				sandbox.OperatorSuggestion{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Suggestion: `add "evil.example:443" to net_hosts`},
+				sandbox.OperatorSuggestion{Layer: "net", Op: "connect", Target: "x1.example:443", Rule: "net_hosts", Suggestion: `add "x1.example:443" to net_hosts`},
+				sandbox.OperatorSuggestion{Layer: "budget", Rule: "max_ops", Suggestion: `raise max_ops to "20"`})},
+			&audit.Event{Kind: audit.Halt, Layer: audit.LayerBudget, Rule: "max_ops", Message: "the run used max_ops boundary crossings", Suggestion: `raise max_ops to "20"`}},
 	}
 }
 

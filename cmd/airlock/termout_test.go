@@ -119,9 +119,10 @@ func TestWriteJSONSameValue(t *testing.T) {
 // it: each line stays one line with airlock's prefix, plain or coloured.
 func TestSummaryHostileFields(t *testing.T) {
 	rep := &sandbox.Report{ExitCode: 124, HaltedBy: ptr(hostile), DurationMS: 5,
-		Denials: []sandbox.Denial{{Layer: hostile, Op: hostile, Target: hostile, Rule: hostile, Message: hostile, Suggestion: hostile}},
-		Error:   hostile, Enforcement: sandbox.Enforcement{Downgrades: []string{hostile, hostile}}}
-	halt := &audit.Event{Kind: audit.Halt, Message: hostile, Suggestion: hostile}
+		Denials: []sandbox.Denial{{Layer: hostile, Op: hostile, Target: hostile, Rule: hostile, Message: hostile, Hint: hostile}},
+		Error:   hostile, Enforcement: sandbox.Enforcement{Downgrades: []string{hostile, hostile}},
+		Operator: &sandbox.Operator{Suggestions: []sandbox.OperatorSuggestion{{Layer: hostile, Op: hostile, Target: hostile, Rule: hostile, Suggestion: hostile}}}}
+	halt := &audit.Event{Kind: audit.Halt, Message: hostile, Suggestion: hostile, Hint: hostile}
 	for _, color := range []bool{false, true} {
 		t.Run(fmt.Sprintf("color=%v", color), func(t *testing.T) {
 			var b bytes.Buffer
@@ -153,7 +154,7 @@ func TestSummaryBounds(t *testing.T) {
 	rep := &sandbox.Report{ExitCode: 0}
 	long := strings.Repeat("x", 4*termtext.FieldMax)
 	for i := range 10 * maxSummaryDenials {
-		rep.Denials = append(rep.Denials, sandbox.Denial{Op: "connect", Target: fmt.Sprint(i, long), Rule: "net_hosts", Message: long, Suggestion: long})
+		rep.Denials = append(rep.Denials, sandbox.Denial{Op: "connect", Target: fmt.Sprint(i, long), Rule: "net_hosts", Message: long})
 	}
 	var b bytes.Buffer
 	summary{rep: rep}.write(&b)

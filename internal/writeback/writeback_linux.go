@@ -433,4 +433,3 @@ func (w *writer) keepOwner(host int, name string, fd int) {
 	}
 	_ = unix.Fchown(fd, int(old.Uid), int(old.Gid)) // keeping the owner is a courtesy; root's file is still safe
 }
-

@@ -2,6 +2,7 @@ package fsaudit
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -33,9 +34,12 @@ type Denial struct {
 	// Message explains the denial to the agent, such as
 	// `"/root/.aws/credentials" is outside fs_read`.
 	Message string
-	// Suggestion is the smallest policy change that would allow the
-	// operation, or "" when Rule is "".
-	Suggestion string
+	// Hint says what the program can do instead within its grants, such
+	// as connecting through the egress proxy; "" when there is nothing to
+	// add. The policy change that would allow the operation is the
+	// operator's: Grant says whether there is one, and the policy computes
+	// it (policy.(*Policy).Suggest).
+	Hint string
 	// Blockers are the Landlock access rights the kernel reported missing,
 	// such as "fs.read_file", for the operator's audit log.
 	Blockers []string
@@ -100,7 +104,7 @@ func denialOf(r accessRecord) Denial {
 	if c.rule != 0 {
 		d.Rule = c.rule.String()
 	}
-	d.Message, d.Suggestion = explain(d)
+	d.Message, d.Hint = explain(d)
 	return d
 }
 
@@ -138,8 +142,8 @@ func hostPort(addr, port string) string {
 	return addr + ":" + port
 }
 
-// explain writes the Message and Suggestion for d.
-func explain(d Denial) (msg, suggestion string) {
+// explain writes the Message and Hint for d.
+func explain(d Denial) (msg, hint string) {
 	q := strconv.Quote(d.Target)
 	switch d.Rule {
 	case "":
@@ -149,9 +153,43 @@ func explain(d Denial) (msg, suggestion string) {
 		return d.Op + " " + q + " refused: the sandbox never allows it", ""
 	case policy.NetHosts.String():
 		return "direct TCP connection to " + q + " refused: the only way out is the egress proxy",
-			"add the host to net_hosts and connect through HTTP_PROXY or ALL_PROXY"
+			"connect through the egress proxy that HTTP_PROXY, HTTPS_PROXY and ALL_PROXY name, which admits the net_hosts of the policy"
 	case policy.AllowedTools.String():
-		return q + " is not in allowed_tools", "add " + q + " to allowed_tools"
+		return q + " is not in allowed_tools", "files in fs_read, fs_write and /tmp are not executable: run a script through an allowed interpreter (sh FILE, python3 FILE)"
 	}
-	return q + " is outside " + d.Rule, "add " + q + " to " + d.Rule
+	return q + " is outside " + d.Rule, ""
+}
+
+// sandboxOwned are the trees the sandbox makes itself rather than binding
+// from the host at the same path: scratch, devices, its own /proc, and an
+// /etc of copied and generated files. No grant of a host path changes what
+// the sandbox sees there.
+var sandboxOwned = []string{"/tmp", "/dev", "/proc", "/sys", "/etc"}
+
+// Grant returns the grant that would allow d (fs_read, fs_write or
+// allowed_tools, with Target as the entry to add), or false when none
+// would: Rule is "" or net_hosts (the egress proxy is the only way out; a
+// direct connection is never allowed), or Target is not a host path the
+// sandbox sees at the same place (see sandboxOwned).
+func (d Denial) Grant() (policy.Capability, bool) {
+	var c policy.Capability
+	switch d.Rule {
+	case policy.FSRead.String():
+		c = policy.FSRead
+	case policy.FSWrite.String():
+		c = policy.FSWrite
+	case policy.AllowedTools.String():
+		c = policy.AllowedTools
+	default:
+		return 0, false
+	}
+	if !strings.HasPrefix(d.Target, "/") {
+		return 0, false
+	}
+	for _, o := range sandboxOwned {
+		if d.Target == o || strings.HasPrefix(d.Target, o+"/") {
+			return 0, false
+		}
+	}
+	return c, true
 }
