@@ -109,7 +109,7 @@ func builtinNames() string {
 // run ends, so the memory limit would end the run first.
 func (v *validator) writeBudget(p *Policy) {
 	if !p.explicit.has(budget.MaxWrite) {
-		p.limits.Write = min(budget.DefaultWrite, p.limits.Memory/2)
+		p.limits.Write = max(min(budget.DefaultWrite, p.limits.Memory/2), 1)
 		return
 	}
 	if p.limits.Write > p.limits.Memory {

@@ -87,7 +87,7 @@ func (l Limits) WithDefaults() Limits {
 		l.Scratch = DefaultScratch
 	}
 	if l.Write == 0 {
-		l.Write = min(DefaultWrite, l.Memory/2)
+		l.Write = max(min(DefaultWrite, l.Memory/2), 1)
 	}
 	return l
 }
