@@ -181,7 +181,7 @@ var rules = []rule{
 // TestDependencyRules applies every rule to this module.
 func TestDependencyRules(t *testing.T) {
 	g := realGraph(t)
-	for _, want := range []string{"policy", "audit", "internal/plan", "internal/enforce/nsinit", "cmd/airlock"} {
+	for _, want := range []string{"policy", "audit", "plan", "internal/enforce/nsinit", "cmd/airlock"} {
 		if !slices.ContainsFunc(g.pkgs, func(p *listedPackage) bool { return rel(p.ImportPath) == want }) {
 			t.Errorf("package %s not found: the rules about it check nothing", want)
 		}
@@ -214,7 +214,7 @@ func TestDependencyRulesCatch(t *testing.T) {
 		{"policy-is-pure", pkg("policy", []string{"example.com/x"}, []string{"example.com/y"})},
 		{"policy-is-pure", pkg("policy", []string{"net/url"}, []string{"net/http"})},
 		{"model-imports", pkg("audit", []string{"go.yaml.in/yaml/v3"}, nil)},
-		{"model-imports", pkg("internal/plan", []string{m("internal/enforce/mount")}, nil)},
+		{"model-imports", pkg("plan", []string{m("internal/enforce/mount")}, nil)},
 		{"enforce-stays-offline", pkg("internal/enforce/mount", nil, []string{"net/http"})},
 		{"enforce-stays-offline", pkg("internal/enforce/nsinit", nil, []string{m("egress")})},
 		{"enforce-stays-offline", pkg("internal/enforce/seccomp", nil, []string{m("server/api")})},
@@ -242,9 +242,9 @@ func TestDependencyRulesCatch(t *testing.T) {
 	// And the allowed shapes pass.
 	ok := []*listedPackage{
 		pkg("policy", []string{"fmt", "go.yaml.in/yaml/v3", m("policy/hostspec")}, []string{"fmt", "os", "syscall", "go.yaml.in/yaml/v3", m("policy/hostspec")}),
-		pkg("internal/plan", []string{"sort", m("policy")}, []string{"go.yaml.in/yaml/v3", m("policy")}),
-		pkg("internal/enforce/nsinit", nil, []string{m("internal/enforce/mount"), m("internal/plan")}),
-		pkg("export/k8s", []string{"k8s.io/api/core/v1", m("export/oci")}, []string{m("internal/plan"), m("export/oci"), m("internal/enforce/seccomp")}),
+		pkg("plan", []string{"sort", m("policy")}, []string{"go.yaml.in/yaml/v3", m("policy")}),
+		pkg("internal/enforce/nsinit", nil, []string{m("internal/enforce/mount"), m("plan")}),
+		pkg("export/k8s", []string{"k8s.io/api/core/v1", m("export/oci")}, []string{m("plan"), m("export/oci"), m("internal/enforce/seccomp")}),
 		pkg("export/oci", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")}),
 		pkg("internal/airtest", nil, []string{"testing"}),
 	}
@@ -287,13 +287,13 @@ func checkPolicy(g graph) []string {
 	return bad
 }
 
-// checkModel: audit and internal/plan import only policy/... and the
+// checkModel: audit and plan import only policy/... and the
 // standard library.
 func checkModel(g graph) []string {
 	var bad []string
 	for _, p := range g.pkgs {
 		r := rel(p.ImportPath)
-		if r != "audit" && r != "internal/plan" {
+		if r != "audit" && r != "plan" {
 			continue
 		}
 		for _, imp := range p.Imports {

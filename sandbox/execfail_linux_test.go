@@ -3,7 +3,7 @@ package sandbox
 import (
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 func TestShebang(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // hostFS answers plan.Host from the real filesystem.

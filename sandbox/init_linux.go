@@ -18,7 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 

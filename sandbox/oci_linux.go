@@ -20,7 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/export/oci"
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/enforce/netns"
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 

@@ -5,7 +5,7 @@ package sandbox
 import (
 	"context"
 
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // Init returns at once: there is no sandbox init on this OS.

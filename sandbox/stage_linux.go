@@ -9,14 +9,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/audit"
-	"github.com/airlock-sandbox/airlock/internal/plan"
 	"github.com/airlock-sandbox/airlock/internal/writeback"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/policy/pathspec"
 )
 
 // staging is the supervisor's side of the staged fs_write grants (see
-// internal/plan/stage.go): the host folders opened when the run starts,
+// plan/stage.go): the host folders opened when the run starts,
 // the stage the init hands over, and the copy back when the init is gone.
 type staging struct {
 	pl     *plan.Plan

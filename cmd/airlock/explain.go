@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/airlock-sandbox/airlock/internal/plan"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 

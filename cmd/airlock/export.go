@@ -9,7 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/export/k8s"
 	"github.com/airlock-sandbox/airlock/export/oci"
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )

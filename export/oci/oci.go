@@ -9,7 +9,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -57,7 +57,7 @@ type Options struct {
 	Arch string
 
 	// StageDir is the absolute host folder holding the stage (see
-	// internal/plan/stage.go), for a supervisor that copies the writes
+	// plan/stage.go), for a supervisor that copies the writes
 	// back: fs_write folders become overlays of StageDir/N/lower (the
 	// grant, attached there by the supervisor) whose upper and work folders
 	// are StageDir/N/upper and StageDir/N/work, fs_write files binds of

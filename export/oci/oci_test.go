@@ -13,11 +13,11 @@ import (
 
 	"github.com/airlock-sandbox/airlock/export/oci"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
-// fakeHost is a Debian-like merged-/usr host (as in internal/plan's tests).
+// fakeHost is a Debian-like merged-/usr host (as in plan's tests).
 type fakeHost struct{ env map[string]string }
 
 func (fakeHost) Lstat(p string) (bool, bool, string, error) {

@@ -1,7 +1,7 @@
 // Package writeback copies what a sandbox wrote to its staged fs_write
 // grants back to the host, once the sandbox has stopped. The stage (the
 // overlay upper layers and staged files on the max_write tmpfs, see
-// internal/plan/stage.go) is hostile input: the sandbox chose every name,
+// plan/stage.go) is hostile input: the sandbox chose every name,
 // type, mode, size, link target and xattr in it. So the copy back never
 // follows a symlink on either side, resolves every host path beneath an fd
 // of the grant opened when the run started (so a renamed or replaced

@@ -11,7 +11,7 @@
 // between check and mount. Mountpoints are created beneath an fd of the new
 // root (RESOLVE_IN_ROOT). It needs kernel 5.12 (mount_setattr).
 //
-// It imports internal/plan and golang.org/x/sys only; never net/http,
+// It imports plan and golang.org/x/sys only; never net/http,
 // egress, server or mcp. It stops reads of anything the policy does not
 // name: on the inside, the rest of the host does not exist.
 package mount

@@ -9,10 +9,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
-// Writable grants are staged (see internal/plan/stage.go): folder grants
+// Writable grants are staged (see plan/stage.go): folder grants
 // become overlays whose upper layer is on the stage tmpfs, file grants a
 // copy on the stage bound in place. The stage is mounted at a hidden
 // folder of the new root while the root is assembled and detached before

@@ -13,7 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
 	"github.com/airlock-sandbox/airlock/internal/enforce/netns"
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // stageError is a failure before the command started: exit 125.

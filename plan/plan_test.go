@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/airtest"
-	"github.com/airlock-sandbox/airlock/internal/plan"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
