@@ -58,6 +58,9 @@ type ExecRequest struct {
 	// Stdin is the command's standard input. Nil means /dev/null.
 	Stdin io.Reader
 
+	// PTY gives the command a pseudo-terminal (sandbox.ExecRequest.PTY).
+	PTY bool
+
 	// Timeout bounds this exec. Zero means until the session's deadline.
 	Timeout time.Duration
 }

@@ -56,14 +56,14 @@ func newLimits(p *policy.Policy, sink audit.Sink) (*limits, error) {
 	return l, nil
 }
 
-// watch polls the group's counters until stop closes and halts the run
+// watch polls the group's counters until stop closes and halts the box
 // when a limit that the kernel enforces by refusing (pids) or by counting
-// (cpu) is reached; OOM kills are read once more at the end.
-func (l *limits) watch(r *run, stop <-chan struct{}, kill func()) {
+// (cpu) is reached; the counters are read once more at the end (finish).
+func (l *limits) watch(b *box, stop <-chan struct{}, kill func()) {
 	if l.group == nil {
 		return
 	}
-	maxCPU := r.c.Policy.Budget().CPU
+	maxCPU := b.cfg.Policy.Budget().CPU
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -74,55 +74,72 @@ func (l *limits) watch(r *run, stop <-chan struct{}, kill func()) {
 		}
 		if ev, err := l.group.Events(); err == nil {
 			if ev.PidsMaxHits > 0 {
-				r.halt(budget.MaxPids, "the process tree reached max_pids and was killed")
+				b.halt(budget.MaxPids, "the process tree reached max_pids and was killed")
 				kill()
 				return
 			}
 			if ev.OOMKills > 0 {
-				r.halt(budget.MaxMemory, "a process reached max_memory and the run was killed")
+				b.halt(budget.MaxMemory, "a process reached max_memory and the sandbox was killed")
 				kill()
 				return
 			}
 		}
 		if u, err := l.group.Usage(); err == nil && u.CPU >= maxCPU {
-			r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time and was killed")
+			b.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time and was killed")
 			kill()
 			return
 		}
 	}
 }
 
-// finish records usage and late halts, then removes the group. Only the
-// first call does anything.
-func (l *limits) finish(r *run) {
-	if l.group == nil {
-		return
+// usage returns the group's CPU time and peak memory so far; false
+// without a group.
+func (l *limits) usage() (Usage, bool) {
+	if l == nil || l.group == nil {
+		return Usage{}, false
 	}
-	l.done.Do(func() { l.finishOnce(r) })
+	u, err := l.group.Usage()
+	if err != nil {
+		return Usage{}, false
+	}
+	return Usage{CPUMS: u.CPU.Milliseconds(), MaxMemoryBytes: u.MemoryPeak}, true
 }
 
-func (l *limits) finishOnce(r *run) {
+// cpu returns the group's CPU time so far in milliseconds (0 without one).
+func (l *limits) cpu() int64 {
+	u, _ := l.usage()
+	return u.CPUMS
+}
+
+// finish decides the late halts from the kernel's counters, returns the
+// final usage and removes the group. Only the first call does anything.
+func (l *limits) finish(b *box) Usage {
+	var u Usage
+	if l == nil || l.group == nil {
+		return u
+	}
+	l.done.Do(func() { u = l.finishOnce(b) })
+	return u
+}
+
+func (l *limits) finishOnce(b *box) Usage {
 	// The kernel's own counters decide, once everything is dead: a run
 	// that hit a limit is halted even when it ended before the watcher's
 	// next look (a shell exits at once when a fork fails).
 	if ev, err := l.group.Events(); err == nil {
 		if ev.PidsMaxHits > 0 {
-			r.halt(budget.MaxPids, "the process tree reached max_pids: a fork was refused, and the run was stopped")
+			b.halt(budget.MaxPids, "the process tree reached max_pids: a fork was refused, and the sandbox was stopped")
 		}
 		if ev.OOMKills > 0 {
-			r.halt(budget.MaxMemory, "a process reached max_memory and was killed by the kernel")
+			b.halt(budget.MaxMemory, "a process reached max_memory and was killed by the kernel")
 		}
 	}
-	if u, err := l.group.Usage(); err == nil {
-		r.report.Usage.MaxMemoryBytes = u.MemoryPeak
-		if u.CPU > 0 {
-			r.report.Usage.CPUMS = u.CPU.Milliseconds()
-		}
-		if u.CPU >= r.c.Policy.Budget().CPU {
-			r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
-		}
+	u, ok := l.usage()
+	if ok && u.CPUMS >= b.cfg.Policy.Budget().CPU.Milliseconds() {
+		b.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
 	}
 	if err := l.group.Destroy(); err != nil && !errors.Is(err, os.ErrNotExist) {
-		r.log.Error("cgroup destroy", "err", err)
+		b.log.Error("cgroup destroy", "err", err)
 	}
+	return u
 }

@@ -63,17 +63,17 @@ type fsDenials struct {
 
 // startFSAudit prepares denial collection when the config asks for it and
 // records in the report whether it works here.
-func startFSAudit(r *run) *fsDenials {
-	if !r.c.FSAudit {
-		r.report.Enforcement.FSDenials = "off: filesystem denials are enforced but not itemized (airlock run --fs-audit, or Config.FSAudit, turns it on)"
+func startFSAudit(b *box) *fsDenials {
+	if !b.cfg.FSAudit {
+		b.enf.FSDenials = "off: filesystem denials are enforced but not itemized (airlock run --fs-audit, or Config.FSAudit, turns it on)"
 		return nil
 	}
 	col, err := acquireFSAudit()
 	if err != nil {
-		r.report.Enforcement.FSDenials = "unavailable: " + err.Error()
+		b.enf.FSDenials = "unavailable: " + err.Error()
 		return nil
 	}
-	r.report.Enforcement.FSDenials = fsReported
+	b.enf.FSDenials = fsReported
 	return &fsDenials{col: col}
 }
 
@@ -89,7 +89,7 @@ func (f *fsDenials) track(pid int) {
 
 // emit sends the denials not yet emitted to the run's sink. With settle,
 // it first waits (bounded) until the kernel has released the domain.
-func (f *fsDenials) emit(r *run, settle bool) {
+func (f *fsDenials) emit(b *box, settle bool) {
 	if f == nil || f.run == nil {
 		return
 	}
@@ -108,12 +108,12 @@ func (f *fsDenials) emit(r *run, settle bool) {
 	for _, d := range fresh {
 		e := audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message, Hint: d.Hint}
 		if c, ok := d.Grant(); ok {
-			e.Suggestion = r.c.Policy.Suggest(&policy.DenyError{Cap: c, Op: d.Op, Subject: d.Target}).String()
+			e.Suggestion = b.cfg.Policy.Suggest(&policy.DenyError{Cap: c, Op: d.Op, Subject: d.Target}).String()
 		}
-		r.sink.Emit(e)
+		b.sink.Emit(e)
 	}
 	if f.run.Stats().Incomplete() {
-		r.report.Enforcement.FSDenials = fsReported + "; some records were lost, so the list may be incomplete"
+		b.enf.FSDenials = fsReported + "; some records were lost, so the list may be incomplete"
 	}
 }
 

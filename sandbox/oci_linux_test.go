@@ -214,3 +214,58 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// TestIsolationOCISession: a session on the OCI backend — the lifecycle is
+// the same as on airlock's own: execs into one live container, a background
+// process kept between them, the file API on the grants as the container
+// sees them, staged writes copied back when the session ends, and a PTY.
+func TestIsolationOCISession(t *testing.T) {
+	airtest.RequireRoot(t)
+	for _, rt := range []struct{ name, bin string }{{"runc", "/usr/sbin/runc"}, {"crun", "/usr/bin/crun"}} {
+		t.Run(rt.name, func(t *testing.T) {
+			airtest.RequireBinary(t, rt.bin)
+			tr := newTree(t)
+			if err := os.Chmod(tr.out, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			p, err := policy.New(policy.Spec{FSWrite: []string{tr.out}, AllowedTools: []string{"sh", "sleep", "cat", "python3"}, Budget: budget.Limits{Wall: 60 * time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Isolation: sandbox.IsolationOCI, Runtime: rt.name})
+			if err != nil {
+				t.Fatalf("NewSession under %s: %v", rt.name, err)
+			}
+			defer s.Close()
+			rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sh", "-c", "echo in-container > result.txt; (sleep 1000 &) ; echo started"}})
+			if err != nil || rep.ExitCode != 0 || rep.Stdout != "started\n" {
+				t.Fatalf("first exec = %+v, %v", rep, err)
+			}
+			rep, err = s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sh", "-c", "cat result.txt; cat /proc/[0-9]*/comm"}})
+			if err != nil || rep.ExitCode != 0 || !strings.HasPrefix(rep.Stdout, "in-container\n") || !strings.Contains(rep.Stdout, "sleep\n") {
+				t.Fatalf("second exec = %+v, %v", rep, err)
+			}
+			if got, err := s.Guard().Read(filepath.Join(tr.out, "result.txt")); err != nil || string(got) != "in-container\n" {
+				t.Fatalf("file API read of a staged file in the container = %q, %v", got, err)
+			}
+			if err := s.Guard().Write(filepath.Join(tr.out, "from-api.txt"), []byte("api\n")); err != nil {
+				t.Fatalf("file API write: %v", err)
+			}
+			rep, err = s.Exec(ctx, sandbox.ExecRequest{Args: []string{"python3", "-c", "import os; print(os.isatty(0), os.isatty(1))"}, PTY: true})
+			if err != nil || rep.ExitCode != 0 || !strings.Contains(rep.Stdout, "True True") {
+				t.Fatalf("exec with a PTY = %+v, %v", rep, err)
+			}
+			if _, err := os.Stat(filepath.Join(tr.out, "result.txt")); err == nil {
+				t.Fatal("a session's write reached the host before the session ended")
+			}
+			s.Close()
+			for name, want := range map[string]string{"result.txt": "in-container\n", "from-api.txt": "api\n"} {
+				if b, err := os.ReadFile(filepath.Join(tr.out, name)); err != nil || string(b) != want {
+					t.Errorf("after Close, host %s = %q, %v", name, b, err)
+				}
+			}
+		})
+	}
+}

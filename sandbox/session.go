@@ -28,6 +28,11 @@ type ExecRequest struct {
 	// (within max_output_bytes, which applies per exec).
 	Stdout, Stderr io.Writer
 
+	// PTY gives the command a pseudo-terminal as its controlling terminal
+	// and stdin, stdout and stderr; output then arrives merged on Stdout.
+	// False means pipes and no controlling terminal.
+	PTY bool
+
 	// Timeout bounds this exec; zero means until the session's deadline.
 	// An exec that times out is killed (its process group) and reported
 	// with halted_by "max_wall"; the session goes on.

@@ -6,15 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/guard"
-	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
@@ -23,30 +18,19 @@ import (
 // ErrSessionClosed is returned by Exec after the session ended.
 var ErrSessionClosed = errors.New("sandbox: session closed")
 
-// Session is a long-lived sandbox: one policy, one set of namespaces kept
-// alive by its init, one budget. Each Exec runs a command inside it with the
+// Session is a long-lived sandbox: one policy, one sandbox kept alive
+// between execs, one budget. Each Exec runs a command inside it with the
 // same restrictions; background processes survive between execs and die
 // with the session. max_ops counts execs, file operations (Guard) and egress
 // requests; max_wall is the session's deadline; max_output_bytes applies to
 // each exec. It is safe for concurrent use.
 type Session struct {
 	id      string
-	r       *run // session-wide state: policy, meter, audit
-	pl      *plan.Plan
-	ip      *initProc
+	b       *box
 	created time.Time
-	done    chan struct{} // closed when the session has ended
-	closeCh chan struct{} // closed by Close
-
-	closeOnce sync.Once
 
 	guardMu sync.Mutex
 	guard   *guard.Guard // guarded by guardMu; set once the sandbox is ready
-
-	mu      sync.Mutex
-	pending map[string]chan nsinit.Message // guarded by mu: exec ID -> its messages
-	closed  bool                           // guarded by mu
-	execs   int                            // guarded by mu
 }
 
 // NewSession starts a sandbox that stays up until Close, its max_wall
@@ -57,53 +41,22 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 		panic("sandbox: nil context")
 	}
 	if cfg.Policy == nil {
-		return nil, errors.New("sandbox: Config.Policy is nil: build one with policy.Parse, policy.New or policy.Default")
+		return nil, errNoPolicy
 	}
 	pl, err := plan.Compile(cfg.Policy, plan.Request{Session: true}, &hostFS{})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	s := &Session{id: newID(), pl: pl, created: time.Now(), done: make(chan struct{}), closeCh: make(chan struct{}), pending: map[string]chan nsinit.Message{}}
-	r := &run{c: &Cmd{Config: cfg}, start: s.created, report: &Report{Denials: []Denial{}}}
-	r.log = cfg.Logger
-	if r.log == nil {
-		r.log = slog.New(slog.DiscardHandler)
+	be, err := backendFor(cfg)
+	if err != nil {
+		return nil, err
 	}
-	r.sink = audit.Tee{&r.rec, cfg.Audit}
-	r.meter = budget.NewMeter(cfg.Policy.Budget(), cfg.Clock)
-	s.r = r
-
-	r.fs = startFSAudit(r)
-	started := make(chan error, 1)
-	// The init's Pdeathsig is tied to the thread that started it: a locked
-	// goroutine holds that thread for the session's whole life.
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		ip, err := startInit(r, pl, nil, io.Discard, io.Discard)
-		if err != nil {
-			r.fs.close()
-			started <- err
-			return
-		}
-		s.ip = ip
-		started <- nil
-		s.supervise(ctx)
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
+	created := time.Now()
+	b, err := startBox(ctx, cfg, pl, be)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: session: %w", err)
 	}
-	// Wait for the init to report that every restriction is in place.
-	select {
-	case m := <-s.readyOrExit():
-		if m.Type != "ready" {
-			s.Close()
-			return nil, fmt.Errorf("sandbox: session setup failed at %s: %s", m.Stage, m.Error)
-		}
-		r.ready(m)
-	case <-s.done:
-		return nil, errors.New("sandbox: session init exited during setup")
-	}
+	s := &Session{id: newID(), b: b, created: created}
 	// The file API resolves beneath the grant roots as the sandbox sees
 	// them (opened by the init before it ran anything): what the sandbox
 	// does to the paths above a grant cannot change what the grant means.
@@ -111,18 +64,19 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if w := cfg.Policy.FSWrite(); len(w) > 0 {
 		workspace = w[0]
 	}
-	gc := guard.Config{Policy: cfg.Policy, Clock: cfg.Clock, Meter: r.meter, Audit: r.sink, Cwd: workspace, Roots: s.ip.stage.rootFDs()}
-	if id := s.ip.sandboxID; id != 0 {
-		gc.As = asSandbox(id)
+	gc := guard.Config{Policy: cfg.Policy, Clock: cfg.Clock, Meter: b.meter, Audit: b.sink, Cwd: workspace, Roots: b.stage.rootFDs()}
+	if b.sandboxID != 0 {
+		gc.As = asSandbox(b.sandboxID)
 	}
 	g, err := guard.New(gc)
 	if err != nil {
-		s.Close()
+		b.close()
 		return nil, fmt.Errorf("sandbox: file access: %w", err)
 	}
 	s.guardMu.Lock()
 	s.guard = g
 	s.guardMu.Unlock()
+	b.setGuard(g)
 	return s, nil
 }
 
@@ -132,76 +86,86 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// readyOrExit receives the init's ready or setup-error message.
-func (s *Session) readyOrExit() <-chan nsinit.Message {
-	return s.pendingChan("")
-}
-
-func (s *Session) pendingChan(id string) chan nsinit.Message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ch, ok := s.pending[id]
-	if !ok {
-		ch = make(chan nsinit.Message, 4)
-		s.pending[id] = ch
+// Exec runs one command inside the session and returns its report. The
+// error is non-nil only when the session has ended (ErrSessionClosed) or
+// ctx is nil; refusals, budget halts and failures are in the Report.
+func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
+	if ctx == nil {
+		panic("sandbox: nil context")
 	}
-	return ch
+	b := s.b
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, ErrSessionClosed
+	}
+	b.execs++
+	b.mu.Unlock()
+	start := time.Now()
+	opsBefore, _ := b.meter.Usage()
+	rep := s.exec(ctx, req)
+	// Everything denied since the previous exec's report, including what
+	// background processes provoked between execs; concurrent execs split
+	// the denials between them, each reported once. Records arrive
+	// asynchronously: a denial in an exec's last instant may appear in the
+	// next exec's report.
+	b.fs.emit(b, false)
+	rep.setDenials(b.rec.Take())
+	rep.DurationMS = time.Since(start).Milliseconds()
+	// The exec's own usage: the ops charged while it ran (its own and its
+	// background's); CPU and peak memory are its process tree's (wait4),
+	// or the sandbox's since the exec began when the sandbox ended under it.
+	opsAfter, _ := b.meter.Usage()
+	rep.Usage.Ops = opsAfter - opsBefore
+	rep.Usage.WriteBytes, _ = b.stage.usage()
+	select {
+	case <-b.done:
+		rep.Usage.WriteBytes = b.finalState().usage.WriteBytes
+	default:
+	}
+	return rep, nil
 }
 
-// supervise routes control messages to execs and ends the session at its
-// deadline, when ctx ends, or when the init dies.
-func (s *Session) supervise(ctx context.Context) {
-	defer close(s.done)
-	timer := time.NewTimer(time.Until(s.r.meter.Deadline()))
-	defer timer.Stop()
-	msgs := (<-chan nsinit.Message)(s.ip.msgs)
-	for {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				msgs = nil
-				continue
-			}
-			id := m.ID
-			if m.Type == "ready" || m.Type == "error" {
-				id = ""
-			}
-			select {
-			case s.pendingChan(id) <- m:
-			default:
-				s.r.log.Error("session: dropped control message", "type", m.Type, "id", m.ID)
-			}
-			continue
-		case <-timer.C:
-			s.r.halt(budget.MaxWall, "the session passed max_wall and was ended with everything running in it")
-		case <-s.r.meter.Done(): // a blown budget (max_ops) ends the session
-		case <-ctx.Done():
-		case <-s.ip.exited:
-		case <-s.closing():
+// exec checks and resolves req, then runs it in the sandbox.
+func (s *Session) exec(ctx context.Context, req ExecRequest) *Report {
+	b := s.b
+	refuse := func(code int, err error) *Report {
+		rep := refusal(b.sink, b.cfg.Policy, code, err)
+		rep.Enforcement = b.enf
+		return rep
+	}
+	if err := b.meter.ChargeOp(); err != nil {
+		var ex *budget.ExhaustedError
+		if !errors.As(err, &ex) {
+			return refuse(125, err)
 		}
-		break
+		rep := &Report{Denials: []Denial{}, Enforcement: b.enf}
+		haltReport(rep, b.sink, b.cfg.Policy, ex.Limit, "the session's "+string(ex.Limit)+" is exhausted", "")
+		return rep
 	}
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.guardMu.Lock()
-	if s.guard != nil {
-		_ = s.guard.Close() // waits for file operations in flight; they end before the copy back
+	argv0, err := resolveTool(b.pl, req.Args)
+	if err != nil {
+		return refuse(127, err)
 	}
-	s.guardMu.Unlock()
-	s.ip.shutdown(s.r)
-	s.r.fs.emit(s.r, true) // late records reach the audit sink
-	s.r.fs.close()
+	env, err := execEnv(b.pl, req.Env)
+	if err != nil {
+		return refuse(125, err)
+	}
+	cwd := req.Dir
+	if cwd != "" {
+		if cwd, err = checkDir(b.cfg.Policy, cwd); err != nil {
+			return refuse(125, err)
+		}
+	}
+	return b.exec(ctx, execSpec{argv: append([]string{argv0}, req.Args[1:]...), env: env, cwd: cwd,
+		stdin: req.Stdin, stdout: req.Stdout, stderr: req.Stderr, pty: req.PTY, wall: req.Timeout})
 }
-
-// closing is closed by Close.
-func (s *Session) closing() <-chan struct{} { return s.closeCh }
 
 // ID returns the session's random identifier.
 func (s *Session) ID() string { return s.id }
 
 // Policy returns the session's policy.
-func (s *Session) Policy() *policy.Policy { return s.r.c.Policy }
+func (s *Session) Policy() *policy.Policy { return s.b.cfg.Policy }
 
 // Guard returns the in-process guard for file operations on the session's
 // grants, as the sandbox sees them (staged writes included). It shares the
@@ -214,25 +178,24 @@ func (s *Session) Guard() *guard.Guard {
 }
 
 // Done is closed when the session has ended.
-func (s *Session) Done() <-chan struct{} { return s.done }
+func (s *Session) Done() <-chan struct{} { return s.b.done }
 
 // Info describes the session.
 func (s *Session) Info() SessionInfo {
-	s.mu.Lock()
-	execs := s.execs
-	s.mu.Unlock()
-	info := SessionInfo{ID: s.id, Created: s.created, Deadline: s.r.meter.Deadline(), Execs: execs}
-	if w := s.r.c.Policy.FSWrite(); len(w) > 0 {
+	b := s.b
+	b.mu.Lock()
+	execs := b.execs
+	b.mu.Unlock()
+	info := SessionInfo{ID: s.id, Created: s.created, Deadline: b.meter.Deadline(), Execs: execs}
+	if w := b.cfg.Policy.FSWrite(); len(w) > 0 {
 		info.Workspace = w[0]
 	}
-	info.Usage.Ops, info.Usage.OutputBytes = s.r.meter.Usage()
-	info.Usage.WriteBytes, _ = s.ip.stage.usage() // staged, reaching the host when the session ends
-	info.PendingDenials, _ = denialsFrom(s.r.rec.Pending())
-	info.DenialCounts = countsFrom(s.r.rec.Totals())
-	if g := s.ip.lim.group; g != nil {
-		if u, err := g.Usage(); err == nil {
-			info.Usage.CPUMS, info.Usage.MaxMemoryBytes = u.CPU.Milliseconds(), u.MemoryPeak
-		}
+	info.Usage.Ops, info.Usage.OutputBytes = b.meter.Usage()
+	info.Usage.WriteBytes, _ = b.stage.usage() // staged, reaching the host when the session ends
+	info.PendingDenials, _ = denialsFrom(b.rec.Pending())
+	info.DenialCounts = countsFrom(b.rec.Totals())
+	if u, ok := b.lim.usage(); ok {
+		info.Usage.CPUMS, info.Usage.MaxMemoryBytes = u.CPUMS, u.MaxMemoryBytes
 	}
 	return info
 }
@@ -241,8 +204,8 @@ func (s *Session) Info() SessionInfo {
 // did, once the session has ended (nil before, or when it has none).
 func (s *Session) Writes() *Writes {
 	select {
-	case <-s.done:
-		return s.r.report.Writes
+	case <-s.b.done:
+		return s.b.finalState().writes
 	default:
 		return nil
 	}
@@ -251,7 +214,6 @@ func (s *Session) Writes() *Writes {
 // Close ends the session and everything running in it, then copies its
 // staged writes to the host (see Writes). It is idempotent.
 func (s *Session) Close() error {
-	s.closeOnce.Do(func() { close(s.closeCh) })
-	<-s.done
+	s.b.close()
 	return nil
 }

@@ -123,7 +123,7 @@ func (st *staging) watch(stop <-chan struct{}, full func()) {
 
 // writeBack copies the stage to the host. It runs once, after every
 // process of the sandbox is dead.
-func (st *staging) writeBack(r *run) *writeback.Result {
+func (st *staging) writeBack(b *box) *writeback.Result {
 	st.mu.Lock()
 	if st.done || st.stageFD < 0 {
 		st.mu.Unlock()
@@ -132,7 +132,7 @@ func (st *staging) writeBack(r *run) *writeback.Result {
 	st.done = true
 	stageFD := st.stageFD
 	st.mu.Unlock()
-	p := r.c.Policy
+	p := b.cfg.Policy
 	protected := map[string]string{}
 	for _, pr := range st.pl.Protected {
 		protected[pr] = "protected (the target of a protected path's symlink)"
@@ -162,15 +162,15 @@ func (st *staging) writeBack(r *run) *writeback.Result {
 	for _, e := range res.Refused {
 		// The operator may unprotect a path (fs_unprotect), never the
 		// sandbox: the suggestion is theirs, and never fs_write.
-		r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerFS, Op: "write back", Target: e.Path, Rule: "fs_protect",
+		b.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerFS, Op: "write back", Target: e.Path, Rule: "fs_protect",
 			Message: "kept off the host: " + e.Reason, Suggestion: p.SuggestWriteBack(e.Path).String()})
 	}
 	for _, e := range res.Failed {
-		r.log.Error("write back", "path", e.Path, "err", e.Reason)
+		b.log.Error("write back", "path", e.Path, "err", e.Reason)
 	}
 	for _, g := range st.grants {
 		if writeback.Moved(g) {
-			r.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Info, Layer: audit.LayerFS, Op: "write back", Target: g.Host, Rule: "fs_write",
+			b.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Info, Layer: audit.LayerFS, Op: "write back", Target: g.Host, Rule: "fs_write",
 				Message: "the grant's host path no longer leads to the folder granted at the start (it was renamed or replaced on the host); the writes went to the folder granted"})
 			res.Moved = append(res.Moved, g.Host)
 		}
@@ -211,9 +211,9 @@ func closeFDs(fds []int) {
 }
 
 // haltFull is the halt for a full stage.
-func haltFull(r *run, kill func()) func() {
+func haltFull(b *box) func() {
 	return func() {
-		r.halt(budget.MaxWrite, "the run wrote max_write bytes to its fs_write grants; the write past it failed (no space left), and the run was stopped")
-		kill()
+		b.halt(budget.MaxWrite, "the sandbox wrote max_write bytes to its fs_write grants; the write past it failed (no space left), and it was stopped")
+		b.kill()
 	}
 }

@@ -67,6 +67,9 @@ type ExecRequest struct {
 	// Stdout and Stderr, when set, receive output as it is produced.
 	Stdout, Stderr io.Writer
 
+	// PTY gives the command a pseudo-terminal (sandbox.ExecRequest.PTY).
+	PTY bool
+
 	// Timeout bounds this exec. Zero means until the session's deadline.
 	Timeout time.Duration
 }

@@ -2,7 +2,9 @@
 // supervisor re-executes instead of the whole airlock CLI when it sits next
 // to it (same folder, same owner, not writable by others), so a sandbox
 // starts without loading the CLI's HTTP, MCP and Kubernetes code. It imports
-// only the init itself. Without it, airlock re-executes its own binary.
+// only the init itself, which also holds the OCI launcher and the idle pid 1
+// of an OCI container (one dispatch table, nsinit.Dispatch, shared with
+// sandbox.Init). Without it, airlock re-executes its own binary.
 package main
 
 import (
@@ -13,9 +15,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 0 && os.Args[0] == nsinit.Arg0 {
-		nsinit.Main() // never returns
-	}
+	nsinit.Dispatch() // the init, the OCI launcher or its pause: never returns
 	fmt.Fprintln(os.Stderr, "airlock-init: started by airlock, not by hand; keep it next to the airlock binary so sandboxes start faster")
 	os.Exit(2)
 }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -57,7 +55,7 @@ func run() int {
 		if errors.As(err, &se) {
 			stage = se.stage
 		}
-		_ = Send(ControlFD, Message{Type: "error", Stage: stage, Error: err.Error()}) // the supervisor also sees exit 125
+		_ = Send(ControlFD, Message{Type: MsgError, Stage: stage, Error: err.Error()}) // the supervisor also sees exit 125
 		return 125
 	}
 	return code
@@ -81,7 +79,7 @@ func setupAndRun() (int, error) {
 		return 0, fail("read plan", err)
 	}
 	msg, idmapFDs, err := Recv(ControlFD)
-	if err != nil || msg.Type != "go" {
+	if err != nil || msg.Type != MsgGo {
 		return 0, fail("wait for supervisor", fmt.Errorf("expected go message: %v %v", msg.Type, err))
 	}
 	if err := setupNetwork(pl); err != nil {
@@ -97,7 +95,7 @@ func setupAndRun() (int, error) {
 	if stage >= 0 {
 		fds = append([]int{stage}, grants...)
 	}
-	err = Send(ControlFD, Message{Type: "mounts", Staged: stage >= 0}, fds...)
+	err = Send(ControlFD, Message{Type: MsgMounts, Staged: stage >= 0}, fds...)
 	closeAll(fds)
 	if err != nil {
 		return 0, fail("report mounts", err)
@@ -109,13 +107,10 @@ func setupAndRun() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := Send(ControlFD, Message{Type: "ready", Landlock: abi}); err != nil {
+	if err := Send(ControlFD, Message{Type: MsgReady, Landlock: abi}); err != nil {
 		return 0, fail("report ready", err)
 	}
-	if pl.Session {
-		return serveSession(pl)
-	}
-	return startAndReap(pl)
+	return serve(pl)
 }
 
 func setupNetwork(pl *plan.Plan) error {
@@ -138,7 +133,7 @@ func setupNetwork(pl *plan.Plan) error {
 		return err
 	}
 	defer unix.Close(socksFD)
-	return Send(ControlFD, Message{Type: "listeners"}, httpFD, socksFD)
+	return Send(ControlFD, Message{Type: MsgListeners}, httpFD, socksFD)
 }
 
 // setupMounts builds the root and pivots into it. It returns the fds the
@@ -242,55 +237,11 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, err er
 	return stage, grants, b.Finish()
 }
 
-func startAndReap(pl *plan.Plan) (int, error) {
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
-	pid, err := syscall.ForkExec(pl.Argv[0], pl.Argv, &syscall.ProcAttr{
-		Dir:   pl.Cwd,
-		Env:   pl.Env,
-		Files: []uintptr{0, 1, 2},
-		// A new session has no controlling terminal; with a PTY, fd 0 (the
-		// pty slave) becomes it.
-		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: pl.PTY, Ctty: 0},
-	})
-	if err != nil {
-		code := 126
-		if errors.Is(err, unix.ENOENT) {
-			code = 127
-		}
-		_ = Send(ControlFD, Message{Type: "exit", Code: code, Error: fmt.Sprintf("exec %s: %v", pl.Argv[0], err)}) // the exit status carries the same code
-		return code, nil
-	}
-	_ = Send(ControlFD, Message{Type: "started", Pid: pid}) // informational
-	go func() {
-		for s := range sigs {
-			_ = unix.Kill(-pid, s.(unix.Signal)) // the process group may already be gone
-		}
-	}()
-	for {
-		var ws unix.WaitStatus
-		var ru unix.Rusage
-		wpid, err := unix.Wait4(-1, &ws, 0, &ru)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 0, fail("wait", err)
-		}
-		if wpid != pid {
-			continue // an orphan reparented to us
-		}
-		m := exitMessage(ws, &ru)
-		_ = Send(ControlFD, m) // the exit status carries the same code
-		return m.Code, nil
-	}
-}
-
 // exitMessage is the "exit" message for a reaped command: its status, and
 // the CPU time and peak resident size of it and the descendants it waited
 // for (getrusage(2): ru_maxrss is in KiB).
 func exitMessage(ws unix.WaitStatus, ru *unix.Rusage) Message {
-	m := Message{Type: "exit", Code: ws.ExitStatus()}
+	m := Message{Type: MsgExit, Code: ws.ExitStatus()}
 	if ws.Signaled() {
 		m.Signal = int(ws.Signal())
 		m.Code = 128 + m.Signal

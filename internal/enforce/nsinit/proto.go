@@ -1,8 +1,8 @@
 // Package nsinit is the sandbox's init: the re-executed child that runs as
 // pid 1 in the new user, mount, pid, net, ipc, uts and cgroup namespaces.
 // It applies the plan in order — network, mounts, pivot_root, Landlock,
-// capabilities, no_new_privs, seccomp — and only then starts the command,
-// reaps every process and reports the exit. Every irreversible restriction
+// capabilities, no_new_privs, seccomp — and only then starts commands, one
+// per exec request, reaps every process and reports each exit. Every irreversible restriction
 // happens here, never in the supervisor. If any step fails, the command is
 // never started (fail closed).
 //
@@ -26,9 +26,49 @@ const (
 	ControlFD = 4 // SOCK_SEQPACKET socket: Messages both ways
 )
 
+// The control protocol, between the supervisor (sandbox, outside) and a
+// control process (this init inside the sandbox, or the OCI launcher) over
+// one SOCK_SEQPACKET socket: one JSON Message per packet, fds beside it as
+// SCM_RIGHTS.
+//
+//	supervisor                              control process
+//	   | ---- plan (JSON on PlanFD, then EOF) ---> |  (init only)
+//	   | ---- go [idmapped bind clones] ---------> |  set up network, mounts
+//	   | <--- listeners [http, socks] ------------ |  (when the plan has a proxy)
+//	   | <--- mounts [stage, grant roots...] ----- |  (init only)
+//	   | <--- ready (landlock ABI) --------------- |  every restriction in place
+//	   |        or error (stage, error), exit 125  |
+//	   | ---- exec id [stdin, stdout, stderr] ---> |  fork + execve argv
+//	   | <--- started id pid --------------------- |
+//	   | ---- kill pid ---------------------------> |  SIGKILL the exec's group
+//	   | <--- exit id code signal cpu rss -------- |  reaped, wait4 rusage
+//	   |        ... more execs, concurrently ...   |
+//	   | ---- (closes its end) -----------------> |  the control process exits;
+//	                                               |  its pid namespace dies
+//
+// A supervisor that wants the sandbox gone sooner SIGKILLs the control
+// process, pid 1 of the sandbox's pid namespace, and the kernel kills
+// everything in it.
+
+// Kind names a control message.
+type Kind string
+
+// The control messages, in the order of the diagram above.
+const (
+	MsgGo        Kind = "go"
+	MsgListeners Kind = "listeners"
+	MsgMounts    Kind = "mounts"
+	MsgReady     Kind = "ready"
+	MsgError     Kind = "error"
+	MsgExec      Kind = "exec"
+	MsgStarted   Kind = "started"
+	MsgKill      Kind = "kill"
+	MsgExit      Kind = "exit"
+)
+
 // Message is one control message; fds travel beside it (SCM_RIGHTS).
 type Message struct {
-	Type     string `json:"type"` // go, listeners, mounts, ready, started, exit, error
+	Type     Kind   `json:"type"`
 	Pid      int    `json:"pid,omitempty"`
 	Code     int    `json:"code,omitempty"`
 	Signal   int    `json:"signal,omitempty"`
@@ -44,12 +84,14 @@ type Message struct {
 	// the others are the grant roots in plan order (plan.Mount.Grant).
 	Staged bool `json:"staged,omitempty"`
 
-	// Session mode: "exec" carries a command with stdin, stdout and stderr
-	// attached; "started", "exit" and "kill" name it by ID.
+	// exec carries a command with stdin, stdout and stderr attached;
+	// started, exit and kill name it by ID (kill by its Pid).
 	ID   string   `json:"id,omitempty"`
 	Argv []string `json:"argv,omitempty"`
 	Env  []string `json:"env,omitempty"`
 	Cwd  string   `json:"cwd,omitempty"`
+	// PTY makes the exec's stdin (a pty slave) its controlling terminal.
+	PTY bool `json:"pty,omitempty"`
 }
 
 // maxMessage bounds one control message (an exec's argv and env).

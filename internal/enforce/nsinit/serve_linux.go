@@ -68,14 +68,14 @@ func reportExit(id string, r reaped) {
 	_ = Send(ControlFD, m) // the supervisor is gone when this fails; the init exits soon after
 }
 
-// serveSession runs exec requests until the supervisor closes the control
+// serve runs exec requests until the supervisor closes the control
 // socket. Each command is forked from this (restricted, locked) thread so it
 // inherits every restriction; its process group is killed on request.
 //
 // Preconditions:
 //   - every restriction is applied (restrict returned)
 //   - runs on the locked OS thread that applied them
-func serveSession(pl *plan.Plan) (int, error) {
+func serve(pl *plan.Plan) (int, error) {
 	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
 	rp := &reaper{ids: map[int]string{}, early: map[int]reaped{}}
 	// Registered before any child exists, so no SIGCHLD can be missed.
@@ -108,9 +108,9 @@ func serveSession(pl *plan.Plan) (int, error) {
 			return 0, nil // the supervisor is gone: end the session
 		}
 		switch m.Type {
-		case "exec":
+		case MsgExec:
 			startExec(pl, tools, rp, m, fds)
-		case "kill":
+		case MsgKill:
 			if m.Pid > 0 {
 				_ = unix.Kill(-m.Pid, unix.SIGKILL) // the group may be gone already
 			}
@@ -124,7 +124,7 @@ func serveSession(pl *plan.Plan) (int, error) {
 func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds []int) {
 	defer closeAll(fds)
 	fail := func(code int, msg string) {
-		_ = Send(ControlFD, Message{Type: "exit", ID: m.ID, Code: code, Error: msg}) // reported as the exec's result
+		_ = Send(ControlFD, Message{Type: MsgExit, ID: m.ID, Code: code, Error: msg}) // reported as the exec's result
 	}
 	if len(fds) != 3 || len(m.Argv) == 0 {
 		fail(125, "airlock bug: exec needs argv and three fds")
@@ -144,7 +144,9 @@ func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds 
 		Dir:   cwd,
 		Env:   m.Env,
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		// A new session has no controlling terminal; with a PTY, fd 0 (the
+		// pty slave) becomes it.
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: m.PTY, Ctty: 0},
 	})
 	if err != nil {
 		code := 126
@@ -154,7 +156,7 @@ func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds 
 		fail(code, fmt.Sprintf("exec %s: %v", m.Argv[0], err))
 		return
 	}
-	_ = Send(ControlFD, Message{Type: "started", ID: m.ID, Pid: pid}) // the supervisor needs the pid only to kill
+	_ = Send(ControlFD, Message{Type: MsgStarted, ID: m.ID, Pid: pid}) // the supervisor needs the pid only to kill
 	rp.register(pid, m.ID)
 }
 

@@ -1,0 +1,446 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/plan"
+)
+
+// The OCI launcher is the control process of isolation oci: airlock's
+// binary re-executed as pid 1 of a new pid namespace, with a private mount
+// namespace, that drives an OCI runtime (runc, crun) and speaks the
+// control protocol (proto.go) for it. It starts the container with an idle
+// pid 1 (Pause, below) and runs each exec with `RUNTIME exec`. Being pid 1,
+// its death (Pdeathsig when the supervisor dies, or the supervisor's
+// SIGKILL) makes the kernel kill everything in its pid namespace, the
+// container's namespaces included: a container cannot outlive airlock.
+//
+// Arguments: HIDE_CGROUP2 ("1" or "0"), STAGE_DIR ("-" for none), LOWERS
+// (comma-separated staged grant indices, or "-"), RUNTIME, STATE_DIR,
+// BUNDLE_DIR, ID. File descriptors: ControlFD (4) the control socket; with
+// a STAGE_DIR, 5 the stage's detached tmpfs, attached there, and 6 and up
+// read-only clones of the staged folders, attached at STAGE_DIR/N/lower for
+// each N of LOWERS in turn (the runtime mounts with the container's
+// unprivileged id, which may not reach the grants' own host paths).
+
+// LauncherArg0 is argv[0] of the re-executed OCI launcher.
+const LauncherArg0 = "airlock-oci-launcher"
+
+// PauseArg0 is argv[0] of the idle pid 1 inside an OCI container.
+const PauseArg0 = "airlock-oci-pause"
+
+// PausePath is where the OCI bundle binds the pause binary in the container.
+const PausePath = "/.airlock/pause"
+
+// LaunchFile, in the bundle folder, is the launcher's part of the plan
+// (JSON LaunchInfo).
+const LaunchFile = "launch.json"
+
+// LaunchInfo is what the launcher needs of the plan.
+type LaunchInfo struct {
+	// Grants are the grants' targets in plan order: the launcher opens each
+	// one's root inside the container and sends them in a "mounts"
+	// message, for the supervisor's file API.
+	Grants []string `json:"grants"`
+	// Proxy says the container gets the egress proxy's listeners: the
+	// launcher makes them inside the container's network namespace and
+	// sends them in a "listeners" message.
+	Proxy bool `json:"proxy"`
+}
+
+// launcherStageFD is the launcher's inherited stage fd.
+const launcherStageFD = 5
+
+// Launch runs the launcher and exits the process; it never returns.
+//
+// Preconditions:
+//   - started by the supervisor with CLONE_NEWPID|CLONE_NEWNS, as root
+func Launch() {
+	runtime.LockOSThread()
+	fail := func(stage string, err error) {
+		_ = Send(ControlFD, Message{Type: MsgError, Stage: stage, Error: err.Error()}) // the supervisor also sees exit 125
+		os.Exit(125)
+	}
+	unix.CloseOnExec(ControlFD)
+	if len(os.Args) != 8 {
+		fail("launcher", errors.New("usage: HIDE_CGROUP2 STAGE_DIR LOWERS RUNTIME STATE_DIR BUNDLE_DIR ID"))
+	}
+	hide, stageDir, lowers := os.Args[1] == "1", os.Args[2], os.Args[3]
+	l := &launcher{runtime: os.Args[4], state: os.Args[5], bundle: os.Args[6], id: os.Args[7], execs: map[int]*launched{}, early: map[int]reaped{}}
+	if err := l.setup(hide, stageDir, lowers); err != nil {
+		fail("mounts", err)
+	}
+	if err := l.start(); err != nil {
+		fail("runtime", err)
+	}
+	if err := Send(ControlFD, Message{Type: MsgReady}); err != nil {
+		os.Exit(125)
+	}
+	l.serve()
+	os.Exit(0) // pid 1 exits: the kernel kills the container with it
+}
+
+// launcher is the launcher's state.
+type launcher struct {
+	runtime, state, bundle, id string
+	process                    json.RawMessage // the bundle's process, the template of every exec
+
+	mu    sync.Mutex
+	execs map[int]*launched // guarded by mu: runtime exec pid -> its exec
+	early map[int]reaped    // guarded by mu: reaped before registration
+}
+
+// launched is one `RUNTIME exec` the launcher started.
+type launched struct {
+	id      string
+	pidFile string
+	done    chan reaped
+}
+
+func (l *launcher) setup(hide bool, stageDir, lowers string) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	// The runtime reads /proc/<pid> of its own children: /proc must show
+	// this pid namespace.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc for the launcher's pid namespace: %w", err)
+	}
+	if hide {
+		// crun refuses the hybrid cgroup layout unless cgroup2 is hidden (DESIGN §7).
+		if err := unix.Unmount("/sys/fs/cgroup/unified", unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("hide cgroup2: %w", err)
+		}
+	}
+	if stageDir != "-" {
+		// Attached only in this mount namespace: the runtime's overlays
+		// find their layers here, and nothing is left on the host.
+		if err := unix.MoveMount(launcherStageFD, "", unix.AT_FDCWD, stageDir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach the stage: %w", err)
+		}
+		unix.Close(launcherStageFD)
+		if lowers != "-" {
+			for i, n := range strings.Split(lowers, ",") {
+				fd := launcherStageFD + 1 + i
+				if err := unix.MoveMount(fd, "", unix.AT_FDCWD, filepath.Join(stageDir, n, "lower"), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+					return fmt.Errorf("attach staged folder %s: %w", n, err)
+				}
+				unix.Close(fd)
+			}
+		}
+	}
+	var spec struct {
+		Process json.RawMessage `json:"process"`
+	}
+	data, err := os.ReadFile(filepath.Join(l.bundle, "config.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &spec)
+	}
+	if err != nil || len(spec.Process) == 0 {
+		return fmt.Errorf("read the bundle's process: %v", err)
+	}
+	l.process = spec.Process
+	return nil
+}
+
+// start runs `RUNTIME run --detach`: the container's idle pid 1 is up when
+// it returns.
+func (l *launcher) start() error {
+	go l.reap()
+	if err := os.MkdirAll(l.state, 0o700); err != nil {
+		return err
+	}
+	// A detached container's pid 1 inherits the runtime's stdio: a file,
+	// not a pipe, so that nothing waits for it to close.
+	logPath := filepath.Join(l.state, "run.log")
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	ln := &launched{done: make(chan reaped, 1)}
+	l.mu.Lock() // held across the fork, so the reaper cannot see the exit first
+	pidFile := filepath.Join(l.state, "pause.pid")
+	pid, err := syscall.ForkExec(l.runtime, []string{l.runtime, "--root", l.state, "run", "--detach", "--pid-file", pidFile, "--bundle", l.bundle, l.id}, &syscall.ProcAttr{
+		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+		Files: []uintptr{null.Fd(), null.Fd(), logf.Fd()},
+	})
+	if err == nil {
+		l.execs[pid] = ln
+	}
+	l.mu.Unlock()
+	logf.Close()
+	null.Close()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", l.runtime, err)
+	}
+	st := <-ln.done
+	if code := st.ws.ExitStatus(); code != 0 || st.ws.Signaled() {
+		out, _ := os.ReadFile(logPath)
+		return fmt.Errorf("%s run exited %d: %s", filepath.Base(l.runtime), code, strings.TrimSpace(string(out)))
+	}
+	return l.sendGrants(pidFile)
+}
+
+// sendGrants opens the root of every grant as the container sees it,
+// through its pid 1's root, and sends them to the supervisor; and it makes
+// the proxy's listeners in the container's network namespace (which the
+// runtime made, owned by the container's user namespace, so that
+// `RUNTIME exec` can join it).
+func (l *launcher) sendGrants(pidFile string) error {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return fmt.Errorf("read the container's pid: %w", err)
+	}
+	pid := strings.TrimSpace(string(b))
+	data, err := os.ReadFile(filepath.Join(l.bundle, LaunchFile))
+	if err != nil {
+		return err
+	}
+	var info LaunchInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return fmt.Errorf("%s: %w", LaunchFile, err)
+	}
+	if err := containerNetwork(pid, info.Proxy); err != nil {
+		return err
+	}
+	root, err := unix.Open("/proc/"+pid+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the container's root: %w", err)
+	}
+	defer unix.Close(root)
+	var fds []int
+	defer func() { closeAll(fds) }()
+	for _, g := range info.Grants {
+		fd, err := unix.Openat2(root, strings.TrimPrefix(g, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+		if err != nil {
+			return fmt.Errorf("open grant %s in the container: %w", g, err)
+		}
+		fds = append(fds, fd)
+	}
+	return Send(ControlFD, Message{Type: MsgMounts}, fds...)
+}
+
+// containerNetwork brings up lo in the container's network namespace,
+// checks that lo is all it has, and, with a proxy, makes the proxy's
+// listening sockets there and sends them to the supervisor. It runs on a
+// thread of its own that switches namespace and is then thrown away.
+func containerNetwork(pid string, proxy bool) error {
+	ns, err := unix.Open("/proc/"+pid+"/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the container's network namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Setns(ns, unix.CLONE_NEWNET); err != nil {
+			done <- fmt.Errorf("join the container's network namespace: %w", err)
+			return
+		}
+		done <- setupNetwork(&plan.Plan{Proxy: proxy})
+	}()
+	return <-done
+}
+
+// serve runs exec requests until the supervisor closes the control socket.
+func (l *launcher) serve() {
+	for {
+		m, fds, err := Recv(ControlFD)
+		if err != nil {
+			return // the supervisor is gone: end everything
+		}
+		switch m.Type {
+		case MsgExec:
+			l.exec(m, fds)
+		case MsgKill:
+			if m.Pid > 0 {
+				_ = unix.Kill(-m.Pid, unix.SIGKILL) // its process group, when it leads one
+				_ = unix.Kill(m.Pid, unix.SIGKILL)  // it may be gone already
+			}
+			closeAll(fds)
+		default:
+			closeAll(fds)
+		}
+	}
+}
+
+// exec starts `RUNTIME exec --detach` for one exec request. Detached,
+// the runtime hands the command the exec's own fds and exits once it has
+// started it: the command is then reparented to the launcher (pid 1 of the
+// runtime's pid namespace), which reaps it and reports its own wait status
+// and rusage. Attached, the runtime would relay the streams and wait for
+// them to close, so a background process keeping stdout open would hold
+// the exec until the sandbox's deadline.
+func (l *launcher) exec(m Message, fds []int) {
+	defer closeAll(fds)
+	fail := func(code int, msg string) {
+		_ = Send(ControlFD, Message{Type: MsgExit, ID: m.ID, Code: code, Error: msg}) // reported as the exec's result
+	}
+	if len(fds) != 3 || len(m.Argv) == 0 {
+		fail(125, "airlock bug: exec needs argv and three fds")
+		return
+	}
+	proc := map[string]any{}
+	if err := json.Unmarshal(l.process, &proc); err != nil {
+		fail(125, "read the bundle's process: "+err.Error())
+		return
+	}
+	proc["args"], proc["env"], proc["terminal"] = m.Argv, m.Env, false
+	if m.Cwd != "" {
+		proc["cwd"] = m.Cwd
+	}
+	data, _ := json.Marshal(proc) // a map of JSON values always encodes
+	base := filepath.Join(l.state, "exec-"+m.ID)
+	if err := os.WriteFile(base+".json", data, 0o600); err != nil {
+		fail(125, "write the exec's process: "+err.Error())
+		return
+	}
+	ln := &launched{id: m.ID, pidFile: base + ".pid", done: make(chan reaped, 1)}
+	argv := []string{l.runtime, "--root", l.state, "exec", "--detach", "--process", base + ".json", "--pid-file", ln.pidFile, l.id}
+	l.mu.Lock() // held across the fork, so the reaper cannot see the exit first
+	pid, err := syscall.ForkExec(l.runtime, argv, &syscall.ProcAttr{
+		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	if err == nil {
+		l.execs[pid] = ln
+	}
+	l.mu.Unlock()
+	if err != nil {
+		fail(126, fmt.Sprintf("exec %s: start %s: %v", m.Argv[0], l.runtime, err))
+		return
+	}
+	go l.report(ln)
+}
+
+// report waits for the runtime to start the command, sends the command's
+// pid, then its exit.
+func (l *launcher) report(ln *launched) {
+	st := <-ln.done
+	if st.ws.Signaled() || st.ws.ExitStatus() != 0 {
+		// The runtime's own message went to the exec's stderr.
+		_ = Send(ControlFD, Message{Type: MsgExit, ID: ln.id, Code: 126,
+			Error: fmt.Sprintf("%s exec failed (%s): the command did not start", filepath.Base(l.runtime), describeWait(st.ws))})
+		return
+	}
+	pid := 0
+	if b, err := os.ReadFile(ln.pidFile); err == nil {
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if pid <= 0 {
+		_ = Send(ControlFD, Message{Type: MsgExit, ID: ln.id, Code: 125, Error: fmt.Sprintf("%s exec left no pid in %s", filepath.Base(l.runtime), ln.pidFile)})
+		return
+	}
+	cmd := &launched{id: ln.id, done: make(chan reaped, 1)}
+	l.mu.Lock()
+	if r, ok := l.early[pid]; ok {
+		delete(l.early, pid)
+		cmd.done <- r
+	} else {
+		l.execs[pid] = cmd
+	}
+	l.mu.Unlock()
+	_ = Send(ControlFD, Message{Type: MsgStarted, ID: ln.id, Pid: pid}) // the supervisor needs the pid only to kill
+	st = <-cmd.done
+	m := exitMessage(st.ws, &st.ru)
+	m.ID = ln.id
+	_ = Send(ControlFD, m) // the supervisor is gone when this fails
+}
+
+// describeWait says how a process ended.
+func describeWait(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + unix.SignalName(ws.Signal())
+	}
+	return fmt.Sprintf("exit %d", ws.ExitStatus())
+}
+
+// maxEarly bounds the reaped-but-unclaimed exits the launcher keeps: a
+// command that exits before its runtime does is reaped before report has
+// read its pid.
+const maxEarly = 1024
+
+// reap reaps every child: the runtime processes the launcher started, the
+// commands they leave to it, and orphans reparented to it (it is pid 1).
+func (l *launcher) reap() {
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	for {
+		var r reaped
+		pid, err := unix.Wait4(-1, &r.ws, 0, &r.ru)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if errors.Is(err, unix.ECHILD) {
+			<-chld
+			continue
+		}
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		ln := l.execs[pid]
+		delete(l.execs, pid)
+		if ln == nil {
+			if len(l.early) >= maxEarly {
+				clear(l.early) // only unclaimed exits: the oldest claims are long overdue
+			}
+			l.early[pid] = r
+		}
+		l.mu.Unlock()
+		if ln != nil {
+			ln.done <- r
+		}
+	}
+}
+
+// Pause is the idle pid 1 of an OCI container: it reaps the orphans of the
+// container's pid namespace until the container is killed.
+func Pause() {
+	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, unix.SIGCHLD)
+	for {
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, unix.ECHILD) {
+			<-chld
+		}
+	}
+}
+
+// Dispatch hands control to the init, the OCI launcher or the pause
+// program when this process is one of them (by argv[0]), and returns at
+// once otherwise. Both sandbox.Init and cmd/airlock-init call it: one
+// table of what a re-executed airlock binary may be.
+func Dispatch() {
+	if len(os.Args) == 0 {
+		return
+	}
+	switch os.Args[0] {
+	case Arg0:
+		Main()
+	case LauncherArg0:
+		Launch()
+	case PauseArg0, PausePath: // the runtime executes args[0], the bind's path, as argv[0]
+		Pause()
+	}
+}

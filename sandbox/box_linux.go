@@ -1,0 +1,293 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/guard"
+	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// One sandbox lifecycle (like runsc's Create, Start and Wait): a box is one
+// live sandbox, started by a backend, that runs execs until it is closed.
+// Cmd.Run is start, exec once, close; a Session is start, exec many times,
+// close. The box holds what lives as long as the sandbox — its budget
+// (max_ops, max_wall), the denial log, the cgroup, the egress proxy, the
+// staged writes, the filesystem-denial collector — and the one loop that
+// ends it: at its deadline, when its caller's context ends, when a budget
+// the kernel or the proxy counts is blown, or when Close is called.
+//
+// Each backend starts a control process that speaks the control protocol
+// (internal/enforce/nsinit, proto.go) on a socket: airlock's own init, or
+// the OCI launcher that drives runc or crun. Everything else is the box's.
+
+// backend starts sandboxes of one kind of isolation.
+type backend interface {
+	// launch starts the control process for b.pl and returns it before it
+	// is ready: the box reads its control socket, and the sandbox is ready
+	// when it sends "ready" (or failed when it sends "error" or exits).
+	//
+	// Preconditions:
+	//   - runs on the box's locked supervise thread (Pdeathsig is tied to it)
+	launch(b *box) (*control, error)
+}
+
+// box is one live sandbox.
+type box struct {
+	cfg   Config
+	pl    *plan.Plan
+	meter *budget.Meter // the sandbox's own: max_ops, and max_wall from its start
+	rec   audit.DenialLog
+	sink  audit.Sink
+	log   *slog.Logger
+	start time.Time
+
+	enf   Enforcement
+	fs    *fsDenials // nil when filesystem denials are not collected
+	lim   *limits
+	stage *staging
+	proxy atomic.Pointer[egress.Proxy]
+	ctl   *control // set once launched
+
+	// sandboxID is the host uid and gid the sandbox runs as when the
+	// supervisor is root; 0 rootless (it runs as the caller).
+	sandboxID int
+
+	ready   chan error    // receives once: nil when ready, or why not
+	routed  chan struct{} // closed when the control process's messages are all delivered
+	done    chan struct{} // closed when everything is torn down
+	closeCh chan struct{} // closed by close
+	once    sync.Once
+
+	mu      sync.Mutex
+	guard   *guard.Guard                   // guarded by mu: a session's file API, closed first at teardown
+	haltMsg string                         // guarded by mu
+	pending map[string]chan nsinit.Message // guarded by mu: exec ID -> its messages
+	closed  bool                           // guarded by mu: no new exec
+	final   final                          // guarded by mu: set by teardown
+	execs   int                            // guarded by mu
+}
+
+// final is what the teardown learned once every process was dead.
+type final struct {
+	usage  Usage   // the cgroup's CPU and peak memory, the stage's bytes
+	writes *Writes // the copy back
+}
+
+// startBox starts a sandbox for pl with the given backend and returns once
+// it is ready to exec, or the reason it is not (the error). It ends when
+// close is called, at its deadline, or when ctx ends.
+func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box, error) {
+	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
+		pending: map[string]chan nsinit.Message{}}
+	b.log = cfg.Logger
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	b.sink = audit.Tee{&b.rec, cfg.Audit}
+	b.meter = budget.NewMeter(cfg.Policy.Budget(), cfg.Clock)
+	b.fs = startFSAudit(b)
+	go b.supervise(ctx, be)
+	if err := <-b.ready; err != nil {
+		<-b.done
+		return b, err
+	}
+	return b, nil
+}
+
+// supervise launches the sandbox and ends it. It runs on a thread of its
+// own for the sandbox's whole life: the control process's Pdeathsig is
+// tied to the thread that started it.
+func (b *box) supervise(ctx context.Context, be backend) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(b.done)
+	ctl, err := be.launch(b)
+	if err != nil {
+		b.fs.close()
+		close(b.routed)
+		b.ready <- err
+		return
+	}
+	b.mu.Lock()
+	b.ctl = ctl
+	b.mu.Unlock()
+	go b.route()
+	timer := time.NewTimer(time.Until(b.meter.Deadline()))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		b.halt(budget.MaxWall, "the sandbox passed max_wall and was ended with everything running in it")
+	case <-b.meter.Done(): // a charge the sandbox provoked blew the budget (max_ops)
+		b.halt("", haltReason(b.meter.HaltedBy()))
+	case <-ctx.Done():
+		b.halt(budget.Interrupted, "the caller stopped the sandbox ("+context.Cause(ctx).Error()+"): everything running in it was killed")
+	case <-ctl.exited:
+	case <-b.closeCh:
+	}
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.teardown()
+}
+
+// route delivers the control process's messages: start-up messages to the
+// box, exec messages to the exec they name.
+func (b *box) route() {
+	defer close(b.routed)
+	for m := range b.ctl.msgs {
+		switch m.Type {
+		case nsinit.MsgReady:
+			b.enf.Landlock = m.Landlock
+			b.enf.Namespaces, b.enf.Seccomp = true, true
+			b.ready <- nil
+		case nsinit.MsgError:
+			b.ready <- fmt.Errorf("sandbox setup failed at %s: %s (nothing was started)", m.Stage, m.Error)
+			b.kill()
+		default:
+			select {
+			case b.execChan(m.ID) <- m:
+			default:
+				b.log.Error("sandbox: dropped control message", "type", m.Type, "id", m.ID)
+			}
+		}
+	}
+	// The control process is gone. If it never became ready, say so.
+	select {
+	case b.ready <- errors.New("sandbox init died during setup: " + b.ctl.why()):
+	default:
+	}
+}
+
+// execChan returns the channel of exec id's messages, made on first use.
+func (b *box) execChan(id string) chan nsinit.Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, ok := b.pending[id]
+	if !ok {
+		ch = make(chan nsinit.Message, 4)
+		b.pending[id] = ch
+	}
+	return ch
+}
+
+func (b *box) forget(id string) {
+	b.mu.Lock()
+	delete(b.pending, id)
+	b.mu.Unlock()
+}
+
+// kill ends the sandbox at once, with everything running in it.
+func (b *box) kill() {
+	b.mu.Lock()
+	ctl := b.ctl
+	b.mu.Unlock()
+	if ctl != nil {
+		ctl.kill()
+	}
+}
+
+// close ends the sandbox, copies its staged writes back and waits until
+// everything is torn down. It is idempotent.
+func (b *box) close() {
+	b.once.Do(func() { close(b.closeCh) })
+	<-b.done
+}
+
+// teardown kills what is left, then, once every process of the sandbox is
+// dead, ends the proxy, decides the late halts from the kernel's counters,
+// copies the writes back and removes the cgroup.
+func (b *box) teardown() {
+	b.mu.Lock()
+	g := b.guard
+	b.mu.Unlock()
+	if g != nil {
+		_ = g.Close() // file operations in flight end before the writes are copied back
+	}
+	ctl := b.ctl
+	if ctl != nil {
+		ctl.stopWatchers()
+		ctl.kill()
+		<-ctl.exited
+		if ctl.onExit != nil {
+			defer ctl.onExit() // after the copy back, which reads the stage
+		}
+	}
+	if p := b.proxy.Load(); p != nil {
+		_ = p.Close() // tunnels end with the sandbox
+	}
+	var f final
+	if b.stage != nil {
+		written, full := b.stage.usage()
+		if full {
+			b.halt(budget.MaxWrite, "the sandbox wrote max_write bytes to its fs_write grants; the write past it failed (no space left), and it was stopped")
+		}
+		f.usage.WriteBytes = written
+		f.writes = b.stage.writeBack(b)
+		b.stage.close()
+	}
+	if b.lim != nil {
+		u := b.lim.finish(b)
+		f.usage.CPUMS, f.usage.MaxMemoryBytes = u.CPUMS, u.MaxMemoryBytes
+	}
+	if ctl != nil {
+		ctl.close()
+	}
+	b.fs.emit(b, true) // late records reach the audit sink
+	b.fs.close()
+	b.mu.Lock()
+	b.final = f
+	b.mu.Unlock()
+}
+
+// setGuard makes g end with the box, before anything is torn down.
+func (b *box) setGuard(g *guard.Guard) {
+	b.mu.Lock()
+	b.guard = g
+	b.mu.Unlock()
+}
+
+// halt stops the sandbox's meter because of l (when set) and keeps the
+// first explanation.
+func (b *box) halt(l budget.Limit, msg string) {
+	if l != "" {
+		b.meter.Halt(l)
+	}
+	b.mu.Lock()
+	if b.haltMsg == "" {
+		b.haltMsg = msg
+	}
+	b.mu.Unlock()
+}
+
+func (b *box) haltMessage() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.haltMsg
+}
+
+// finalState returns what the teardown recorded; valid once done is closed.
+func (b *box) finalState() final {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.final
+}
+
+// haltReason explains a halt that the meter noticed (a refused charge)
+// rather than the supervisor.
+func haltReason(l budget.Limit) string {
+	if l == budget.MaxOps {
+		return "the sandbox reached max_ops (each connection to the egress proxy and each request it decides, granted or denied, is one op) and was killed with everything running in it"
+	}
+	return "the sandbox reached " + string(l) + " and was killed with everything running in it"
+}

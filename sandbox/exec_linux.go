@@ -1,0 +1,289 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// drainGrace is how long output is still read after an exec's process
+// exited: background processes may keep its pipes open forever.
+const drainGrace = 100 * time.Millisecond
+
+// execSpec is one command for box.exec, checked and resolved.
+type execSpec struct {
+	argv []string // argv[0] is the tool's path inside the sandbox
+	env  []string
+	cwd  string // "" = the plan's
+
+	stdin          io.Reader // nil = /dev/null; an *os.File is passed as it is
+	stdout, stderr io.Writer // the capture's tees, may be nil
+	pty            bool      // a pseudo-terminal as stdin, stdout, stderr and controlling tty
+
+	// wall bounds the exec; it never outlasts the box's deadline.
+	wall time.Duration
+	// whole makes the exec the sandbox's only one (Cmd.Run): a halt ends
+	// the box, not just the exec's process group.
+	whole bool
+}
+
+// exec runs one command in the box and waits for it, its deadline, ctx,
+// the output cap, or the box's end. It is the only place where a command's
+// life is supervised. The report it returns has the exec's own output,
+// status and usage, and its halt; the caller adds the denials.
+func (b *box) exec(ctx context.Context, x execSpec) *Report {
+	e := newExecRun(b, x.wall, x.whole)
+	sio, err := openStdio(x, e)
+	if err != nil {
+		e.fail(err)
+		return e.report
+	}
+	defer sio.close()
+	id := newID()
+	msgs := b.execChan(id)
+	defer b.forget(id)
+	err = nsinit.Send(b.ctl.sock, nsinit.Message{Type: nsinit.MsgExec, ID: id, Argv: x.argv, Env: x.env, Cwd: x.cwd, PTY: x.pty}, sio.childFDs()...)
+	sio.closeChildEnds()
+	if err != nil {
+		e.fail(fmt.Errorf("exec: %w", err))
+		return e.report
+	}
+	sio.start()
+	exit := e.wait(ctx, x, msgs, sio)
+	sio.drain()
+	e.finish(exit, sio, x.argv[0])
+	return e.report
+}
+
+// wait supervises the exec until it exits, or until the sandbox ended
+// under it, killing it (or, for the sandbox's only exec, the sandbox) when
+// a halt comes first. It returns the exit message.
+func (e *execRun) wait(ctx context.Context, x execSpec, msgs <-chan nsinit.Message, sio *stdio) *nsinit.Message {
+	b := e.b
+	var pid int
+	var exit *nsinit.Message
+	killed := false
+	kill := func(l budget.Limit, msg string) {
+		if l != "" {
+			e.halt(l, msg)
+		}
+		killed = true
+		switch {
+		case x.whole:
+			b.kill() // the command was the sandbox's reason to exist
+		case pid > 0:
+			_ = nsinit.Send(b.ctl.sock, nsinit.Message{Type: nsinit.MsgKill, Pid: pid}) // the sandbox may be ending anyway
+		}
+	}
+	timer := time.NewTimer(time.Until(e.meter.Deadline()))
+	defer timer.Stop()
+	cancelled, boxHalted := ctx.Done(), b.meter.Done()
+	outHalted, errHalted := sio.stdout.halted, sio.stderr.halted
+	for exit == nil {
+		select {
+		case m := <-msgs:
+			switch m.Type {
+			case nsinit.MsgStarted:
+				pid = m.Pid
+				if killed && !x.whole {
+					kill("", "")
+				}
+			case nsinit.MsgExit:
+				exit = &m
+			}
+		case <-timer.C:
+			kill(budget.MaxWall, e.wallMessage())
+		case <-cancelled:
+			cancelled = nil // closed for good; kill once
+			kill(budget.Interrupted, "the caller stopped the exec ("+context.Cause(ctx).Error()+"): it was killed")
+		case <-outHalted:
+			outHalted = nil // receives once; kill once
+			kill("", "")
+		case <-errHalted:
+			errHalted = nil
+			kill("", "")
+		case <-boxHalted:
+			boxHalted = nil
+			kill(b.meter.HaltedBy(), b.haltMessage())
+		case <-b.routed:
+			// The control process is gone and every message it sent is
+			// delivered: no exit will come.
+			select {
+			case m := <-msgs:
+				if m.Type == nsinit.MsgExit {
+					exit = &m
+					continue
+				}
+			default:
+			}
+			e.halt(b.meter.HaltedBy(), b.haltMessage())
+			// The exec's usage is then the sandbox's since it began, once
+			// the teardown has read the kernel's counters.
+			why := b.ctl.why()
+			<-b.done
+			f := b.finalState()
+			exit = &nsinit.Message{Type: nsinit.MsgExit, Code: 125, Error: "the sandbox ended during the exec: " + why,
+				CPUMS: max(f.usage.CPUMS-e.cpuBefore, 0), MaxRSS: f.usage.MaxMemoryBytes}
+		}
+	}
+	return exit
+}
+
+// finish fills the report from the exit message and the captures.
+func (e *execRun) finish(exit *nsinit.Message, sio *stdio, argv0 string) {
+	b := e.b
+	e.report.Stdout, e.report.StdoutTruncated = sio.stdout.result()
+	e.report.Stderr, e.report.StderrTruncated = sio.stderr.result()
+	e.report.Usage.CPUMS, e.report.Usage.MaxMemoryBytes = exit.CPUMS, exit.MaxRSS
+	_, e.report.Usage.OutputBytes = e.meter.Usage()
+	// RLIMIT_CPU is max_cpu per process: the kernel ends a process that
+	// used it (SIGXCPU at the soft limit, SIGKILL at the hard one).
+	if maxCPU := b.cfg.Policy.Budget().CPU; exit.Signal == int(unix.SIGXCPU) || exit.Signal != 0 && exit.CPUMS >= maxCPU.Milliseconds() {
+		e.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time and was killed")
+	}
+	if !e.reportHalt() {
+		e.exitStatus(*exit, argv0)
+	}
+}
+
+// stdio is an exec's standard streams: what the command gets (the child
+// ends, passed to the init) and what the supervisor keeps.
+type stdio struct {
+	child          [3]*os.File // stdin, stdout, stderr as the command gets them
+	owned          []*os.File  // child ends this exec made, closed once sent
+	stdinW         *os.File    // the write end of a stdin pipe, fed from stdin
+	stdinSrc       io.Reader
+	outR, errR     *os.File // read ends of the output pipes (errR nil with a pty)
+	master         *os.File // the pty master, with a pty
+	stdout, stderr *capture
+	copied         chan struct{}
+	readers        int
+}
+
+// openStdio makes the exec's streams: pipes the captures read, or a pty
+// whose master the stdout capture reads; stdin from an *os.File as it is
+// (an operator's terminal stays a terminal), else through a pipe.
+func openStdio(x execSpec, e *execRun) (*stdio, error) {
+	s := &stdio{stdout: newCapture(e, x.stdout), stderr: newCapture(e, x.stderr), copied: make(chan struct{}, 2)}
+	fail := func(err error) (*stdio, error) {
+		s.close()
+		s.closeChildEnds()
+		return nil, err
+	}
+	if x.pty {
+		master, slave, err := openPTY()
+		if err != nil {
+			return fail(err)
+		}
+		s.master = master
+		s.owned = append(s.owned, slave)
+		s.child = [3]*os.File{slave, slave, slave}
+		s.stdinSrc = x.stdin
+		return s, nil
+	}
+	switch in := x.stdin.(type) {
+	case nil:
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return fail(err)
+		}
+		s.owned = append(s.owned, null)
+		s.child[0] = null
+	case *os.File:
+		s.child[0] = in
+	default:
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fail(err)
+		}
+		s.owned = append(s.owned, r)
+		s.child[0], s.stdinW, s.stdinSrc = r, w, in
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	s.outR, s.owned, s.child[1] = outR, append(s.owned, outW), outW
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	s.errR, s.owned, s.child[2] = errR, append(s.owned, errW), errW
+	return s, nil
+}
+
+func (s *stdio) childFDs() []int {
+	return []int{int(s.child[0].Fd()), int(s.child[1].Fd()), int(s.child[2].Fd())}
+}
+
+// closeChildEnds closes the ends the init now holds: EOF on the read ends
+// then means every process holding the write ends is gone.
+func (s *stdio) closeChildEnds() {
+	for _, f := range s.owned {
+		f.Close()
+	}
+	s.owned = nil
+}
+
+// start copies stdin in and the output out.
+func (s *stdio) start() {
+	if s.master != nil {
+		if s.stdinSrc != nil {
+			go func() { _, _ = io.Copy(s.master, s.stdinSrc) }() // ends with the master
+		}
+		s.readers = 1
+		go func() {
+			_, _ = io.Copy(s.stdout, s.master) // EIO once every slave is closed
+			s.copied <- struct{}{}
+		}()
+		return
+	}
+	if s.stdinW != nil {
+		go func() {
+			_, _ = io.Copy(s.stdinW, s.stdinSrc) // the command may exit without reading
+			s.stdinW.Close()
+		}()
+	}
+	s.readers = 2
+	for _, c := range []struct {
+		f *os.File
+		w *capture
+	}{{s.outR, s.stdout}, {s.errR, s.stderr}} {
+		go func() {
+			_, _ = io.Copy(c.w, c.f) // ends at EOF or when the read deadline passes
+			s.copied <- struct{}{}
+		}()
+	}
+}
+
+// drain reads what the command left in its streams, for a bounded time:
+// background processes may hold them open forever.
+func (s *stdio) drain() {
+	deadline := time.Now().Add(drainGrace)
+	for _, f := range []*os.File{s.outR, s.errR, s.master} {
+		if f != nil {
+			_ = f.SetReadDeadline(deadline) // pipes and the pty master support deadlines
+		}
+	}
+	for range s.readers {
+		<-s.copied
+	}
+}
+
+func (s *stdio) close() {
+	for _, f := range []*os.File{s.outR, s.errR, s.master} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if s.stdinW != nil && s.readers == 0 {
+		s.stdinW.Close() // never started: nothing else closes it
+	}
+}
