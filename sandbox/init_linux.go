@@ -151,8 +151,13 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 func (ip *initProc) handOver(r *run, pl *plan.Plan, planW *os.File, root bool) error {
 	if g := ip.lim.group; g != nil {
 		// The init waits for "go" before it forks anything, so adding it to
-		// the v1 hierarchies now leaves no window.
-		if err := g.Add(ip.cmd.Process.Pid); err != nil {
+		// the v1 hierarchies now leaves no window. Started into the cgroup2
+		// group (CLONE_INTO_CGROUP), it is only moved in the others.
+		add := g.Add
+		if ip.cmd.SysProcAttr.UseCgroupFD {
+			add = g.AddCloned
+		}
+		if err := add(ip.cmd.Process.Pid); err != nil {
 			return fmt.Errorf("cgroup: %w", err)
 		}
 		ip.watching.Add(1)
