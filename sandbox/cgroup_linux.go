@@ -65,14 +65,13 @@ func newLimits(p *policy.Policy, sink audit.Sink) (*limits, error) {
 
 // How watch paces its reads of the group's counters.
 //
-// It used to read six control files by path every 50 ms for the whole
-// run. That cost an idle run 8.5 ms of CPU per second (the Go runtime's
-// wake-ups and the kernfs lookups, measured), which grows with the time
-// every run is alive: under a burst of 200 runs on 2 cores the polling
-// alone took most of the machine, and each run's share of CPU grew from
-// 19 ms to 48 ms between 1 and 200 concurrent runs. Now it wakes for the
-// kernel's own announcements (cgroup.Notifier) and otherwise at most every
-// watchMax, sooner only when max_cpu could be reached before then.
+// Every wake-up costs the supervisor CPU for as long as the run lives, so
+// its rate decides whether a run's cost grows with the load: reading six
+// control files every 50 ms cost an idle run 8.5 ms of CPU per second, and
+// under a burst of 200 runs on 2 cores (at half a CPU) a run's CPU grew
+// from 19 ms to 48 ms. So watch wakes for the kernel's own announcements
+// (cgroup.Notifier) and otherwise at most every watchMax, sooner only when
+// max_cpu could be reached before then: 0.9 ms per second.
 const (
 	// watchMin is the shortest pause between two reads, close to max_cpu:
 	// the tree may overrun max_cpu by at most this much times the number
@@ -151,10 +150,12 @@ func (l *limits) limitHit(r *run) bool {
 }
 
 // possibleCPUs returns how many CPUs the kernel may ever run the sandbox
-// on (/sys/devices/system/cpu/possible): an upper bound, since the sandbox
-// may widen its own affinity. When the list cannot be read it returns
-// 1024, which only makes watch read sooner.
-func possibleCPUs() int {
+// on (/sys/devices/system/cpu/possible, read once per process): an upper
+// bound, since the sandbox may widen its own affinity. When the list
+// cannot be read it returns 1024, which only makes watch read sooner.
+var possibleCPUs = sync.OnceValue(readPossibleCPUs)
+
+func readPossibleCPUs() int {
 	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
 	if err != nil {
 		return 1024
