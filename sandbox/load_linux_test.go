@@ -139,3 +139,20 @@ func TestConcurrentRuns(t *testing.T) {
 		}
 	})
 }
+
+// TestForkBombThatExitsIsHalted: a shell starts sleepers until the kernel
+// refuses a fork at max_pids, and then (dash on a failed fork) exits at
+// once, so the run can end before any periodic look at the cgroup's
+// counters. The kernel refused a fork all the same: the run is a max_pids
+// halt every time (the supervisor reads the counters once more after the
+// run), not a plain exit 2 (issue 13 §3).
+func TestForkBombThatExitsIsHalted(t *testing.T) {
+	requireSandbox(t)
+	airtest.RequireCgroupV1(t, "pids")
+	for i := range 10 {
+		rep := sh(t, policy.Spec{Budget: budget.Limits{Pids: 16, Wall: 30 * time.Second}}, `while :; do sleep 1000 & done`, "sleep")
+		if rep.HaltedBy == nil || *rep.HaltedBy != string(budget.MaxPids) || rep.ExitCode != 124 {
+			t.Fatalf("try %d: halted_by = %s, exit %d; want max_pids, exit 124\nerror: %s\nstderr: %.300s", i, deref(rep.HaltedBy), rep.ExitCode, rep.Error, rep.Stderr)
+		}
+	}
+}
