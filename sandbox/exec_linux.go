@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -240,7 +241,7 @@ func (s *stdio) start() {
 		}
 		s.readers = 1
 		go func() {
-			_, _ = io.Copy(s.stdout, s.master) // EIO once every slave is closed
+			copyOut(s.stdout, s.master) // EIO once every slave is closed
 			s.copied <- struct{}{}
 		}()
 		return
@@ -257,10 +258,44 @@ func (s *stdio) start() {
 		w *capture
 	}{{s.outR, s.stdout}, {s.errR, s.stderr}} {
 		go func() {
-			_, _ = io.Copy(c.w, c.f) // ends at EOF or when the read deadline passes
+			copyOut(c.w, c.f)
 			s.copied <- struct{}{}
 		}()
 	}
+}
+
+// sweepMax bounds what copyOut reads after the drain deadline: what a
+// pipe can hold (fcntl(2) F_SETPIPE_SZ raises it to 1 MiB unprivileged).
+const sweepMax = 1 << 20
+
+// copyOut copies a stream until EOF, or until drain's deadline passes; then
+// it takes what is already buffered without waiting, so that output the
+// command wrote before it exited is never lost to a slow reader (the
+// deadline may pass before this goroutine ever ran).
+func copyOut(w io.Writer, f *os.File) {
+	_, err := io.Copy(w, f)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return // EOF, EIO (a pty whose slaves are closed) or closed
+	}
+	if f.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 32<<10)
+	_ = rc.Read(func(fd uintptr) bool {
+		for left := sweepMax; left > 0; {
+			n, err := unix.Read(int(fd), buf[:min(len(buf), left)])
+			if n <= 0 || err != nil {
+				break // EAGAIN: nothing more is buffered
+			}
+			_, _ = w.Write(buf[:n])
+			left -= n
+		}
+		return true // never wait for more
+	})
 }
 
 // drain reads what the command left in its streams, for a bounded time:

@@ -137,8 +137,13 @@ func startInit(b *box) (*control, error) {
 func handOver(b *box, ctl *control, planW *os.File, root bool) error {
 	if g := b.lim.group; g != nil {
 		// The init waits for "go" before it forks anything, so adding it to
-		// the v1 hierarchies now leaves no window.
-		if err := g.Add(ctl.cmd.Process.Pid); err != nil {
+		// the v1 hierarchies now leaves no window. Started into the cgroup2
+		// group (CLONE_INTO_CGROUP), it is only moved in the others.
+		add := g.Add
+		if ctl.cmd.SysProcAttr.UseCgroupFD {
+			add = g.AddCloned
+		}
+		if err := add(ctl.cmd.Process.Pid); err != nil {
 			return fmt.Errorf("cgroup: %w", err)
 		}
 		ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })

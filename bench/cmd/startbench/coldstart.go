@@ -25,10 +25,13 @@ type ColdRow struct {
 	SamplesMS []float64 `json:"samples_ms"`
 }
 
+// runTimeout bounds one run (flag -run-timeout).
+var runTimeout = 30 * time.Second
+
 // timeRun runs argv under c once, from fork to reaped exit, with output
 // discarded.
 func timeRun(ctx context.Context, c *Contender, argv []string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	cmd, release, err := c.Command(ctx, argv)
 	if err != nil {

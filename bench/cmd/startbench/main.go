@@ -76,10 +76,17 @@ func main() {
 	pin := flag.Int("cpu", runtime.NumCPU()-1, "CPU that the steady-state loops are pinned to")
 	coldBudget := flag.Duration("cold-budget", 7*time.Minute, "stop the cold-start rounds early after this long")
 	only := flag.String("only", "", "comma-separated sections to run (cold,steady,proxy,session,memory,scaling,micro); empty runs all")
+	levels := flag.String("levels", "1,10,50,200", "comma-separated concurrency levels for the scaling section")
+	levelBudget := flag.Duration("level-budget", 60*time.Second, "longest a scaling level may take")
+	flag.DurationVar(&runTimeout, "run-timeout", runTimeout, "longest one run may take before it is killed and counted as a failure")
 	flag.Parse()
 	if *out == "" || *airlockBin == "" || *loopBin == "" {
 		flag.Usage()
 		os.Exit(2)
+	}
+	lv, err := parseLevels(*levels)
+	if err != nil {
+		log.Fatal(err)
 	}
 	run := func(s string) bool { return *only == "" || strings.Contains(","+*only+",", ","+s+",") }
 	start := time.Now()
@@ -157,7 +164,7 @@ func main() {
 		}
 	}
 	if run("scaling") {
-		res.Scaling = scaling(ctx, []*Contender{byName("airlock"), byName("bwrap")}, []int{1, 10, 50, 200})
+		res.Scaling = scaling(ctx, []*Contender{byName("airlock"), byName("bwrap")}, lv, *levelBudget)
 		for _, r := range res.Scaling {
 			log.Print(r)
 		}

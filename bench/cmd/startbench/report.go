@@ -91,13 +91,25 @@ func markdown(r *Results) string {
 	}
 
 	if len(r.Scaling) > 0 {
-		p("## Start-up under concurrency\n\nC runs of `/bin/true` released at once; about 20 runs per level (rounds alternate between contenders), at most 60 s per level.\n\n")
+		p("## Start-up under concurrency\n\nC runs of `/bin/true` released at once; about 20 runs per level (rounds alternate between contenders), at most %.0f s per level and %.0f s per run (a run past that is killed and counted as a failure).\n\n",
+			r.Scaling[0].BudgetS, r.Scaling[0].RunTimeoutS)
 		p("| contender | concurrent | rounds | runs | per-run median ms | per-run p99 ms | median burst wall ms | runs/s | failures |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, s := range r.Scaling {
 			p("| %s | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %d |\n", s.Contender, s.Concurrency, s.Rounds, s.Runs,
 				s.PerRun.Median, s.PerRun.P99, s.RoundWallMS, s.Throughput, s.Failures)
 		}
 		p("\n")
+		failed := false
+		for _, s := range r.Scaling {
+			if s.Failures > 0 {
+				failed = true
+				p("- %s at %d: %d failures, the first: `%s`%s\n", s.Contender, s.Concurrency, s.Failures, s.FirstErr,
+					map[bool]string{true: " (the level ran out of time)", false: ""}[s.TimedOut])
+			}
+		}
+		if failed {
+			p("\n")
+		}
 	}
 
 	if len(r.Micro) > 0 {

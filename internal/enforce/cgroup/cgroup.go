@@ -177,8 +177,7 @@ type Group struct {
 	plan Plan
 
 	mu        sync.Mutex
-	fd        int    // guarded by mu; O_PATH fd of the cgroup2 dir when hasFD
-	hasFD     bool   // guarded by mu
+	fds       []int  // guarded by mu; O_PATH fd of each plan.Dirs entry (-1: none), nil without
 	swap      string // guarded by mu; Status.Swap
 	destroyed bool   // guarded by mu
 }

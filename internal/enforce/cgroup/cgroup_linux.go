@@ -70,7 +70,7 @@ func Create(h Host, cfg Config) (*Group, error) {
 	g := &Group{plan: p}
 	created, err := g.apply()
 	if err != nil {
-		g.closeFD()
+		g.closeFDs()
 		for i := len(created) - 1; i >= 0; i-- {
 			if rerr := unix.Rmdir(created[i]); rerr != nil && !errors.Is(rerr, unix.ENOENT) {
 				err = errors.Join(err, fmt.Errorf("cgroup: undo: rmdir %s: %w", created[i], rerr))
@@ -84,7 +84,7 @@ func Create(h Host, cfg Config) (*Group, error) {
 // apply runs the plan and returns the directories it created.
 func (g *Group) apply() (created []string, err error) {
 	for _, w := range g.plan.Enable {
-		if err := writeFile(w.Path, w.Value); err != nil {
+		if err := g.write(w.Path, w.Value); err != nil {
 			if w.Optional {
 				continue // accounting only: Usage reports zero for it
 			}
@@ -104,11 +104,14 @@ func (g *Group) apply() (created []string, err error) {
 		}
 		created = append(created, d.Path)
 	}
+	if err := g.openDirs(len(created)); err != nil {
+		return created, err
+	}
 	for _, w := range g.plan.Limits {
-		err := writeFile(w.Path, w.Value)
+		err := g.write(w.Path, w.Value)
 		if errors.Is(err, unix.ENOENT) && w.IfMissing != nil {
 			w = *w.IfMissing
-			err = writeFile(w.Path, w.Value)
+			err = g.write(w.Path, w.Value)
 		}
 		if err != nil {
 			return created, err
@@ -117,31 +120,7 @@ func (g *Group) apply() (created []string, err error) {
 			g.swap = w.Swap
 		}
 	}
-	if d, ok := g.plan.cgroup2(); ok {
-		// O_PATH suffices for clone3(CLONE_INTO_CGROUP), Linux 5.7.
-		fd, err := unix.Open(d.Path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return created, fmt.Errorf("cgroup: open %s: %w", d.Path, err)
-		}
-		g.fd, g.hasFD = fd, true
-	}
 	return created, nil
-}
-
-// writeFile writes value to an existing control file.
-func writeFile(name, value string) error {
-	f, err := os.OpenFile(name, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("cgroup: write %q to %s: %w", value, name, err)
-	}
-	_, err = f.WriteString(value)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("cgroup: write %q to %s: %w", value, name, err)
-	}
-	return nil
 }
 
 // Add moves pid (with all its threads) into the group in every hierarchy,
@@ -165,7 +144,37 @@ func (g *Group) Add(pid int) error {
 		return fmt.Errorf("cgroup: add pid %d to %s: group is destroyed or empty: Create a new one", pid, g.plan.Name)
 	}
 	for _, d := range g.plan.Dirs {
-		if err := writeFile(filepath.Join(d.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		if err := g.write(filepath.Join(d.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AddCloned is Add for a process started with UnifiedFD
+// (SysProcAttr.UseCgroupFD, clone3 CLONE_INTO_CGROUP): it is in the
+// cgroup2 directory since its first instruction, so only the v1
+// hierarchies are written. Each cgroup.procs write takes the kernel's
+// global cgroup_threadgroup_rwsem for writing, which holds up every fork
+// and exit on the host meanwhile; the write that would change nothing is
+// not made. Without a cgroup2 directory it is Add.
+//
+// Preconditions: as for Add, and pid was started with this group's
+// UnifiedFD.
+func (g *Group) AddCloned(pid int) error {
+	if pid <= 0 || pid == os.Getpid() {
+		return fmt.Errorf("cgroup: add pid %d to %s: not a child process: pass the sandbox's pid", pid, g.plan.Name)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.destroyed || len(g.plan.Dirs) == 0 {
+		return fmt.Errorf("cgroup: add pid %d to %s: group is destroyed or empty: Create a new one", pid, g.plan.Name)
+	}
+	for _, d := range g.plan.Dirs {
+		if d.V2 {
+			continue
+		}
+		if err := g.write(filepath.Join(d.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return err
 		}
 	}
@@ -179,10 +188,10 @@ func (g *Group) Add(pid int) error {
 func (g *Group) UnifiedFD() (int, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.hasFD {
-		return -1, false
+	if d, ok := g.plan.cgroup2(); ok {
+		return g.fdOf(d.Path)
 	}
-	return g.fd, true
+	return -1, false
 }
 
 // Status says where the group lives, how swap is excluded and how Kill
@@ -220,31 +229,24 @@ func (g *Group) Destroy() error {
 	}
 	err := g.kill()
 	for i := len(g.plan.Dirs) - 1; i >= 0; i-- {
-		if rerr := removeTree(g.plan.Dirs[i].Path); rerr != nil {
+		if rerr := g.removeTree(g.plan.Dirs[i].Path); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 	}
 	if err != nil {
 		return err
 	}
-	g.closeFD()
+	g.closeFDs()
 	g.destroyed = true
 	return nil
-}
-
-func (g *Group) closeFD() {
-	if g.hasFD {
-		// Closing an O_PATH fd cannot lose data; the error carries nothing.
-		_ = unix.Close(g.fd)
-		g.hasFD = false
-	}
 }
 
 // removeTree removes dir and the cgroups nested in it, deepest first. A
 // cgroup directory is removed with rmdir(2) even though it lists control
 // files; EBUSY means it still holds a task, so rmdir is retried briefly.
-func removeTree(dir string) error {
-	dirs, err := walk(dir)
+// The caller holds g.mu.
+func (g *Group) removeTree(dir string) error {
+	dirs, err := g.walk(dir)
 	if err != nil {
 		return err
 	}
@@ -267,26 +269,21 @@ func removeTree(dir string) error {
 const maxDepth = 16
 
 // walk returns dir and every directory below it, children before parents.
-// A dir that does not exist yields nothing.
-func walk(dir string) ([]string, error) {
+// A dir that does not exist yields nothing. The caller holds g.mu.
+func (g *Group) walk(dir string) ([]string, error) {
 	var out []string
 	var visit func(d string, depth int) error
 	visit = func(d string, depth int) error {
 		if depth > maxDepth {
 			return fmt.Errorf("cgroup: %s: nested deeper than %d: remove it by hand", d, maxDepth)
 		}
-		entries, err := os.ReadDir(d)
-		if errors.Is(err, unix.ENOENT) {
-			return nil
+		subs, ok, err := g.subdirs(d)
+		if err != nil || !ok {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("cgroup: list %s: %w", d, err)
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				if err := visit(filepath.Join(d, e.Name()), depth+1); err != nil {
-					return err
-				}
+		for _, sub := range subs {
+			if err := visit(sub, depth+1); err != nil {
+				return err
 			}
 		}
 		out = append(out, d)

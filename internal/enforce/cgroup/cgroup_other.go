@@ -5,6 +5,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var errUnsupported = fmt.Errorf("cgroup: control groups exist only on Linux: %w", errors.ErrUnsupported)
@@ -18,6 +19,24 @@ func Create(h Host, cfg Config) (*Group, error) { return nil, errUnsupported }
 // Add returns an error wrapping errors.ErrUnsupported.
 func (g *Group) Add(pid int) error { return errUnsupported }
 
+// AddCloned returns an error wrapping errors.ErrUnsupported.
+func (g *Group) AddCloned(pid int) error { return errUnsupported }
+
+// Notifier is the Linux type's stand-in: nothing is ever announced.
+type Notifier struct{}
+
+// Notify returns an error wrapping errors.ErrUnsupported.
+func (g *Group) Notify() (*Notifier, error) { return nil, errUnsupported }
+
+// C returns nil, a channel that never fires.
+func (n *Notifier) C() <-chan struct{} { return nil }
+
+// Covers reports false, false.
+func (n *Notifier) Covers() (pids, oom bool) { return false, false }
+
+// Close does nothing.
+func (n *Notifier) Close() {}
+
 // UnifiedFD reports false.
 func (g *Group) UnifiedFD() (int, bool) { return -1, false }
 
@@ -26,6 +45,9 @@ func (g *Group) Status() Status { return Status{} }
 
 // Usage returns an error wrapping errors.ErrUnsupported.
 func (g *Group) Usage() (Usage, error) { return Usage{}, errUnsupported }
+
+// CPU returns an error wrapping errors.ErrUnsupported.
+func (g *Group) CPU() (time.Duration, error) { return 0, errUnsupported }
 
 // Events returns an error wrapping errors.ErrUnsupported.
 func (g *Group) Events() (Events, error) { return Events{}, errUnsupported }
@@ -38,6 +60,11 @@ func (g *Group) Destroy() error { return nil }
 
 // Janitor returns an error wrapping errors.ErrUnsupported.
 func Janitor(h Host, alive func(name string) bool) ([]string, error) { return nil, errUnsupported }
+
+// JanitorShared returns an error wrapping errors.ErrUnsupported.
+func JanitorShared(h Host, cooldown time.Duration) (bool, []string, error) {
+	return false, nil, errUnsupported
+}
 
 // NewName returns an error wrapping errors.ErrUnsupported.
 func NewName(supervisorPid int) (string, error) { return "", errUnsupported }

@@ -58,9 +58,16 @@ func (g *Group) kill() error {
 	if len(g.plan.Dirs) == 0 {
 		return nil
 	}
+	// A group is usually empty by the time it is destroyed (its tree died
+	// with its pid namespace). Writing cgroup.kill would then only wait
+	// for the kernel's global cgroup_mutex, behind every other group's
+	// mkdir, rmdir and move.
+	if empty, err := g.empty(); err == nil && empty {
+		return nil
+	}
 	p := newPoller(killTimeout)
 	if d, ok := g.plan.cgroup2(); ok {
-		err := writeFile(filepath.Join(d.Path, "cgroup.kill"), "1")
+		err := g.write(filepath.Join(d.Path, "cgroup.kill"), "1")
 		if err == nil {
 			wait := newPoller(cgroupKillWait)
 			for {
@@ -87,12 +94,12 @@ func (g *Group) signalLoop(p *poller) error {
 		if freeze != "" {
 			// A group that cannot be frozen is still killed; freezing only
 			// stops it from forking while the list is being read.
-			_ = writeFile(freeze, frozen) // error ignored: see above
+			_ = g.write(freeze, frozen) // error ignored: see above
 		}
 		pids, err := g.procs()
 		if err == nil && len(pids) == 0 {
 			if freeze != "" {
-				_ = writeFile(freeze, thawed) // empty group: state no longer matters
+				_ = g.write(freeze, thawed) // empty group: state no longer matters
 			}
 			return nil
 		}
@@ -102,7 +109,7 @@ func (g *Group) signalLoop(p *poller) error {
 		g.signal(pids)
 		if freeze != "" {
 			// Frozen v1 tasks die only once thawed.
-			if err := writeFile(freeze, thawed); err != nil && !errors.Is(err, unix.ENOENT) {
+			if err := g.write(freeze, thawed); err != nil && !errors.Is(err, unix.ENOENT) {
 				lastErr = err
 			}
 		}
@@ -167,13 +174,13 @@ func (g *Group) procs() ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
 	for _, d := range g.plan.Dirs {
-		dirs, err := walk(d.Path)
+		dirs, err := g.walk(d.Path)
 		if err != nil {
 			return out, err
 		}
 		for _, sub := range dirs {
 			name := filepath.Join(sub, "cgroup.procs")
-			b, err := os.ReadFile(name)
+			b, err := g.read(name)
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) {
 				continue // removed meanwhile
 			}
@@ -202,7 +209,7 @@ func (g *Group) empty() (bool, error) {
 			continue
 		}
 		// cgroup.events "populated" covers nested groups too.
-		b, err := os.ReadFile(filepath.Join(d.Path, "cgroup.events"))
+		b, err := g.read(filepath.Join(d.Path, "cgroup.events"))
 		if err == nil {
 			if n, ok := keyed(string(b), "populated"); ok && n != 0 {
 				return false, nil

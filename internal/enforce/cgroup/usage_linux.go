@@ -3,7 +3,6 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -11,10 +10,10 @@ import (
 )
 
 // readStat reads a control file; a missing file (the controller is absent
-// or was not enabled) yields "" and no error.
-func readStat(dir, file string) (string, bool, error) {
+// or was not enabled) yields "" and no error. The caller holds g.mu.
+func (g *Group) readStat(dir, file string) (string, bool, error) {
 	name := filepath.Join(dir, file)
-	b, err := os.ReadFile(name)
+	b, err := g.read(name)
 	if errors.Is(err, unix.ENOENT) {
 		return "", false, nil
 	}
@@ -24,9 +23,10 @@ func readStat(dir, file string) (string, bool, error) {
 	return string(b), true, nil
 }
 
-// readInt reads a single-integer control file; missing yields 0.
-func readInt(dir, file string) (int64, error) {
-	s, ok, err := readStat(dir, file)
+// readInt reads a single-integer control file; missing yields 0. The
+// caller holds g.mu.
+func (g *Group) readInt(dir, file string) (int64, error) {
+	s, ok, err := g.readStat(dir, file)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -38,6 +38,8 @@ func readInt(dir, file string) (int64, error) {
 // usage_usec, or cpuacct.usage on v1-only hosts) and tasks (pids.current,
 // pids.peak).
 func (g *Group) Usage() (Usage, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var u Usage
 	var err error
 	if d, ok := g.plan.dir(Memory); ok {
@@ -45,53 +47,69 @@ func (g *Group) Usage() (Usage, error) {
 		if d.V2 {
 			file = "memory.peak"
 		}
-		if u.MemoryPeak, err = readInt(d.Path, file); err != nil {
+		if u.MemoryPeak, err = g.readInt(d.Path, file); err != nil {
 			return Usage{}, err
 		}
 	}
-	if d, ok := g.plan.cgroup2(); ok {
-		s, _, err := readStat(d.Path, "cpu.stat")
-		if err != nil {
-			return Usage{}, err
-		}
-		us, _ := keyed(s, "usage_usec")
-		u.CPU = time.Duration(us) * time.Microsecond
-	} else if d, ok := g.plan.dir(CPUAcct); ok {
-		ns, err := readInt(d.Path, "cpuacct.usage")
-		if err != nil {
-			return Usage{}, err
-		}
-		u.CPU = time.Duration(ns)
+	if u.CPU, err = g.cpu(); err != nil {
+		return Usage{}, err
 	}
 	if d, ok := g.plan.dir(Pids); ok {
-		if u.Pids, err = readInt(d.Path, "pids.current"); err != nil {
+		if u.Pids, err = g.readInt(d.Path, "pids.current"); err != nil {
 			return Usage{}, err
 		}
-		if u.PidsPeak, err = readInt(d.Path, "pids.peak"); err != nil {
+		if u.PidsPeak, err = g.readInt(d.Path, "pids.peak"); err != nil {
 			return Usage{}, err
 		}
 	}
 	return u, nil
 }
 
+// CPU reads the group's CPU time alone: Usage's CPU, in one read.
+func (g *Group) CPU() (time.Duration, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cpu()
+}
+
+// cpu reads cgroup2 cpu.stat usage_usec, or cpuacct.usage on v1-only
+// hosts; 0 where neither exists. The caller holds g.mu.
+func (g *Group) cpu() (time.Duration, error) {
+	if d, ok := g.plan.cgroup2(); ok {
+		s, _, err := g.readStat(d.Path, "cpu.stat")
+		if err != nil {
+			return 0, err
+		}
+		us, _ := keyed(s, "usage_usec")
+		return time.Duration(us) * time.Microsecond, nil
+	}
+	if d, ok := g.plan.dir(CPUAcct); ok {
+		ns, err := g.readInt(d.Path, "cpuacct.usage")
+		return time.Duration(ns), err
+	}
+	return 0, nil
+}
+
 // Events counts limit hits: OOM kills (memory.events or v1
 // memory.oom_control "oom_kill", Linux 4.13) and refused forks
 // (pids.events "max").
 func (g *Group) Events() (Events, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var e Events
 	if d, ok := g.plan.dir(Memory); ok {
 		file := "memory.oom_control"
 		if d.V2 {
 			file = "memory.events"
 		}
-		s, _, err := readStat(d.Path, file)
+		s, _, err := g.readStat(d.Path, file)
 		if err != nil {
 			return Events{}, err
 		}
 		e.OOMKills, _ = keyed(s, "oom_kill")
 	}
 	if d, ok := g.plan.dir(Pids); ok {
-		s, _, err := readStat(d.Path, "pids.events")
+		s, _, err := g.readStat(d.Path, "pids.events")
 		if err != nil {
 			return Events{}, err
 		}
