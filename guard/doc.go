@@ -1,12 +1,14 @@
 // Package guard is the in-process capability check that the HTTP API and
-// the MCP server put in front of every file operation, fetch and tool call
-// they make for an agent (the "in-process check" column of DESIGN §1).
+// the MCP server put in front of every file operation (read, write, list,
+// remove) they make for an agent (the "in-process check" column of DESIGN
+// §1). Network access is not the guard's: every connection goes through the
+// egress proxy, which admits it (package egress).
 //
 // Every operation runs the same three steps in this order: it charges one
 // op to the budget meter, it canonicalizes its target and checks the grant
 // with the policy's Check methods, and only then does it touch the
-// filesystem, the network or the tool. A refused operation has no effect
-// and leaves an audit event that names the grant that would have allowed it.
+// filesystem. A refused operation has no effect and leaves an audit event
+// that names the grant that would have allowed it.
 //
 // A string check alone is not enough for files: a symlink inside a granted
 // root can point outside it, and a parent directory can be swapped after the
@@ -17,9 +19,8 @@
 // systems refuse every file operation (errors.ErrUnsupported).
 //
 // It stops symlink, hard-link and ".." escapes from granted paths, "/work"
-// being taken for "/workshop", fetches of hosts that are not granted
-// (including Host-header and userinfo tricks), calls of tools that are not
-// allowed, and runs past max_ops, max_output_bytes or max_wall.
+// being taken for "/workshop", and runs past max_ops, max_output_bytes or
+// max_wall.
 //
 // It imports policy/..., audit, the standard library and golang.org/x/sys.
 // It must not import sandbox, egress, server, mcp or internal/enforce: the

@@ -1,12 +1,9 @@
 package guard
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -35,17 +32,6 @@ type Config struct {
 	// Audit receives one event per decision. Nil means audit.Discard.
 	Audit audit.Sink
 
-	// Transport sends the requests that Fetch admits. Redirects are not
-	// followed: a 3xx response is returned as is, and a caller that wants
-	// to follow it fetches the Location again through the guard. Nil means
-	// no network is configured and every admitted Fetch fails closed.
-	Transport http.RoundTripper
-
-	// Tools holds the implementations CallTool may run, by name. A tool
-	// runs only when it is listed here AND in the policy's allowed_tools.
-	// Nil means no tool can be called. New copies the map.
-	Tools map[string]ToolFunc
-
 	// Cwd is the absolute base for relative paths. "" means "/".
 	Cwd string
 
@@ -67,9 +53,6 @@ type Config struct {
 	As func(op func() error) error
 }
 
-// ToolFunc implements one tool for CallTool.
-type ToolFunc func(ctx context.Context, args map[string]any) (any, error)
-
 // Entry is one directory entry returned by List. Symlinks are reported as
 // themselves (ModeSymlink set, Dir false), never followed.
 type Entry struct {
@@ -79,10 +62,6 @@ type Entry struct {
 	Mode fs.FileMode // type and permission bits
 }
 
-// ErrNoTool is returned by CallTool when allowed_tools grants a tool that
-// Config.Tools does not implement.
-var ErrNoTool = errors.New("guard: tool has no implementation")
-
 // Guard checks and performs operations on behalf of an agent. It is safe
 // for concurrent use. The zero Guard refuses everything; use New.
 type Guard struct {
@@ -90,8 +69,6 @@ type Guard struct {
 	clock      budget.Clock
 	meter      *budget.Meter
 	sink       audit.Sink
-	transport  http.RoundTripper
-	tools      map[string]ToolFunc
 	cwd        string
 	readRoots  []string            // fs_read and fs_write grants, longest first
 	writeRoots []string            // fs_write grants, longest first
@@ -124,19 +101,12 @@ func New(cfg Config) (*Guard, error) {
 		}
 		cwd = c
 	}
-	for name, fn := range cfg.Tools {
-		if fn == nil {
-			return nil, fmt.Errorf("guard: new: tool %q has a nil ToolFunc: give an implementation or leave it out", name)
-		}
-	}
 	g := &Guard{
-		policy:    cfg.Policy,
-		clock:     cfg.Clock,
-		meter:     cfg.Meter,
-		sink:      cfg.Audit,
-		transport: cfg.Transport,
-		tools:     maps.Clone(cfg.Tools),
-		cwd:       cwd,
+		policy: cfg.Policy,
+		clock:  cfg.Clock,
+		meter:  cfg.Meter,
+		sink:   cfg.Audit,
+		cwd:    cwd,
 	}
 	if g.clock == nil {
 		g.clock = budget.SystemClock{}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/policy"
 )
@@ -73,7 +74,7 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 	o := policy.Overrides{FSRead: f.fsRead, FSWrite: f.fsWrite, FSDeny: f.fsDeny, FSProtect: f.fsProtect, FSUnprotect: f.fsUnprotect,
 		NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade}
 	var errs []error
-	dur := func(name, v string, dst *int64) {
+	dur := func(name, v string, dst *time.Duration) {
 		if v == "" {
 			return
 		}
@@ -82,7 +83,7 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 			errs = append(errs, fmt.Errorf("--%s %q: %w", name, v, err))
 			return
 		}
-		*dst = int64(d)
+		*dst = d
 	}
 	size := func(name, v string, dst *int64) {
 		if v == "" {
@@ -95,10 +96,8 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 		}
 		*dst = n
 	}
-	var wall, cpu int64
-	dur("max-wall", f.maxWall, &wall)
-	dur("max-cpu", f.maxCPU, &cpu)
-	o.Budget.Wall, o.Budget.CPU = durationOf(wall), durationOf(cpu)
+	dur("max-wall", f.maxWall, &o.Budget.Wall)
+	dur("max-cpu", f.maxCPU, &o.Budget.CPU)
 	size("max-output", f.maxOutput, &o.Budget.OutputBytes)
 	size("max-memory", f.maxMemory, &o.Budget.Memory)
 	size("max-scratch", f.maxScratch, &o.Budget.Scratch)

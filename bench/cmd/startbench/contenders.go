@@ -3,15 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 
-	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // cleanEnv is the environment every contender's outer process gets: the
@@ -97,131 +97,130 @@ func plain(path string, prefix ...string) func(ctx context.Context, argv []strin
 	}
 }
 
-// binPaths returns where p is seen inside a root whose /bin is a symlink
-// to usr/bin (its directory resolved, its base name kept, as airlock mounts
-// it), and the real file to bind there.
-func binPaths(p string) (visible, real string, err error) {
-	dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+// bwrapContender runs bubblewrap on the plan airlock compiles for the
+// command: the same root filesystem (every mount of the plan: system
+// base, synthesized /etc files, /dev nodes, /proc, a size-capped /tmp, only
+// the command bound from /usr/bin), a read-only root, the same environment
+// and working directory, the same namespaces, airlock's own seccomp filter
+// (read from a running airlock sandbox), no capabilities, a new session.
+func bwrapContender(ctx context.Context, work, airlockBin string, ps *plans) (*Contender, error) {
+	progs, err := airlockFilters(ctx, airlockBin)
 	if err != nil {
-		return "", "", err
+		return nil, fmt.Errorf("airlock's seccomp filter for bwrap: %w", err)
 	}
-	real, err = filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", "", err
-	}
-	return filepath.Join(dir, filepath.Base(p)), real, nil
-}
-
-// systemBase lists what `airlock explain` shows as the read-only system
-// base (directories and files bound from the host) on this machine.
-var systemBase = []string{
-	"/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share/zoneinfo", "/usr/share/ca-certificates",
-	"/etc/ssl", "/etc/ca-certificates", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-}
-
-// synthesized are the small /etc files airlock writes for the sandbox.
-var synthesized = map[string]string{
-	"passwd":        "root:x:0:0:root:/tmp:/bin/sh\nsandbox:x:1000:1000:sandbox:/tmp:/bin/sh\n",
-	"group":         "root:x:0:\nsandbox:x:1000:\n",
-	"hosts":         "127.0.0.1 localhost\n::1 localhost\n",
-	"resolv.conf":   "nameserver 127.0.0.1\n",
-	"nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
-}
-
-func exists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// writeEtc writes the synthesized files to dir/etc for bwrap and the
-// OCI runtimes to bind.
-func writeEtc(dir string) error {
-	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
-		return err
-	}
-	for name, body := range synthesized {
-		if err := os.WriteFile(filepath.Join(dir, "etc", name), []byte(body), 0o644); err != nil {
-			return err
+	var bpfs []string
+	for i, p := range progs {
+		f := filepath.Join(work, fmt.Sprintf("airlock-seccomp-%d.bpf", i))
+		if err := os.WriteFile(f, p, 0o644); err != nil {
+			return nil, err
 		}
-	}
-	return nil
-}
-
-// writeSeccompBPF writes airlock's own filter (seccomp.Build, the program
-// nsinit installs) as struct sock_filter[] for bwrap --seccomp.
-func writeSeccompBPF(path string) error {
-	prog, err := seccomp.Build(seccomp.Options{})
-	if err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	for _, in := range prog {
-		binary.Write(&b, binary.LittleEndian, in.Code)
-		b.WriteByte(in.Jt)
-		b.WriteByte(in.Jf)
-		binary.Write(&b, binary.LittleEndian, in.K)
-	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
-}
-
-// bwrapContender runs bubblewrap in the configuration closest to airlock's
-// default sandbox: the same namespaces, the same system base bound
-// read-only, the same synthesized /etc files, airlock's seccomp program,
-// no capabilities, a new session and a clean environment.
-func bwrapContender(work string) (*Contender, error) {
-	bpf := filepath.Join(work, "airlock-seccomp.bpf")
-	if err := writeSeccompBPF(bpf); err != nil {
-		return nil, fmt.Errorf("seccomp program for bwrap: %w", err)
-	}
-	if err := writeEtc(work); err != nil {
-		return nil, err
+		bpfs = append(bpfs, f)
 	}
 	c := &Contender{
 		Name: "bwrap",
-		Equivalence: "same 7 namespaces (--unshare-all minus nothing: user, mount, pid, net, ipc, uts, cgroup), " +
-			"same read-only system base and synthesized /etc files, only the command bound from /usr/bin, " +
-			"--proc /proc, --dev /dev, --tmpfs /tmp, --cap-drop ALL, --new-session, --die-with-parent, --clearenv, " +
-			"and airlock's own seccomp BPF program via --seccomp; NOT done: Landlock, cgroup limits, " +
-			"rlimits, unprivileged host uid (as root bwrap keeps host uid 0 mapped), tmpfs size cap, " +
-			"noexec on /tmp and the base",
+		Equivalence: "the mounts of airlock's plan for the command (`airlock explain`: read-only system base, " +
+			"synthesized /etc files, the /dev nodes and links, --proc /proc, a size-capped --tmpfs /tmp, only the command bound " +
+			"from /usr/bin), --remount-ro /, the plan's environment (--clearenv), cwd and hostname, --unshare-all " +
+			"(user, mount, pid, net, ipc, uts, cgroup), --cap-drop ALL, --new-session, --die-with-parent, and airlock's own " +
+			"seccomp filter (" + fmt.Sprint(len(progs)) + " program(s) read from a running airlock sandbox with " +
+			"PTRACE_SECCOMP_GET_FILTER) via --add-seccomp-fd; NOT done: Landlock, cgroup limits, rlimits, unprivileged " +
+			"host uid (as root bwrap keeps host uid 0 mapped), noexec mounts",
+	}
+	var mu sync.Mutex
+	roots := map[string][]string{} // guarded by mu: argv joined by NUL → bwrapArgs
+	rootArgs := func(argv []string) ([]string, error) {
+		key := strings.Join(argv, "\x00")
+		mu.Lock()
+		defer mu.Unlock()
+		if r, ok := roots[key]; ok {
+			return r, nil
+		}
+		pl, err := ps.get(argv)
+		if err != nil {
+			return nil, err
+		}
+		r, err := bwrapArgs(pl, filepath.Join(work, "bwrap-files", fmt.Sprint(len(roots))))
+		if err != nil {
+			return nil, err
+		}
+		roots[key] = r
+		return r, nil
 	}
 	c.command = func(ctx context.Context, argv []string) (*exec.Cmd, func(), error) {
-		args, err := bwrapArgs(work, argv)
+		root, err := rootArgs(argv)
 		if err != nil {
 			return nil, nil, err
 		}
-		f, err := os.Open(bpf)
-		if err != nil {
-			return nil, nil, err
+		var args []string
+		var files []*os.File
+		release := func() {
+			for _, f := range files {
+				f.Close()
+			}
 		}
-		cmd := exec.CommandContext(ctx, "bwrap", append([]string{"--seccomp", "3"}, args...)...)
-		cmd.ExtraFiles = []*os.File{f}
-		return cmd, func() { f.Close() }, nil
+		for _, b := range bpfs {
+			f, err := os.Open(b)
+			if err != nil {
+				release()
+				return nil, nil, err
+			}
+			args = append(args, "--add-seccomp-fd", fmt.Sprint(3+len(files)))
+			files = append(files, f)
+		}
+		cmd := exec.CommandContext(ctx, "bwrap", append(args, root...)...)
+		cmd.ExtraFiles = files
+		return cmd, release, nil
 	}
 	return c, nil
 }
 
-func bwrapArgs(work string, argv []string) ([]string, error) {
-	visible, real, err := binPaths(argv[0])
-	if err != nil {
-		return nil, err
+// bwrapArgs translates the plan into bubblewrap options. The synthesized
+// files are written below files. A mount kind bubblewrap cannot express is
+// an error, never a weaker sandbox.
+func bwrapArgs(pl *plan.Plan, files string) ([]string, error) {
+	a := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+		"--hostname", pl.Hostname}
+	for _, e := range pl.Env {
+		k, v, _ := strings.Cut(e, "=")
+		a = append(a, "--setenv", k, v)
 	}
-	a := []string{
-		"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
-		"--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-		"--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp", "--setenv", "USER", "sandbox",
-		"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
-		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-	}
-	for _, p := range systemBase {
-		if exists(p) {
-			a = append(a, "--ro-bind", p, p)
+	for i, m := range pl.Mounts {
+		switch m.Kind {
+		case plan.KindSymlink:
+			a = append(a, "--symlink", m.Source, m.Target)
+		case plan.KindDir:
+			a = append(a, "--dir", m.Target)
+		case plan.KindProc:
+			a = append(a, "--proc", m.Target)
+		case plan.KindTmpfs:
+			a = append(a, "--perms", "1777", "--size", fmt.Sprint(m.Size), "--tmpfs", m.Target)
+		case plan.KindBind:
+			op := "--ro-bind"
+			switch {
+			case strings.HasPrefix(m.Target, "/dev/"):
+				op = "--dev-bind" // a device node is useless on a nodev mount
+			case m.Writable:
+				op = "--bind"
+			}
+			if m.Optional {
+				op += "-try"
+			}
+			a = append(a, op, m.Source, m.Target)
+		case plan.KindFile:
+			f := filepath.Join(files, fmt.Sprint(i))
+			if err := os.MkdirAll(files, 0o755); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(f, []byte(m.Data), 0o444); err != nil {
+				return nil, err
+			}
+			a = append(a, "--ro-bind", f, m.Target)
+		default:
+			return nil, fmt.Errorf("bwrap: plan mount %s at %s has no bubblewrap form", m.Kind, m.Target)
 		}
 	}
-	a = append(a, "--symlink", "/usr/share/zoneinfo/Etc/UTC", "/etc/localtime",
-		"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
-	for name := range synthesized {
-		a = append(a, "--ro-bind", filepath.Join(work, "etc", name), "/etc/"+name)
-	}
-	a = append(a, "--ro-bind", real, visible, "--chdir", "/tmp", "--")
-	return append(append(a, visible), argv[1:]...), nil
+	a = append(a, "--remount-ro", "/", "--chdir", pl.Cwd, "--")
+	return append(a, pl.Argv...), nil
 }
 
 // firejailContender runs firejail with no profile and the strictest
@@ -242,17 +241,20 @@ func firejailContender() *Contender {
 
 var containerSeq atomic.Int64
 
-// ociContender runs runc or crun on a bundle made by ociBundle. crun
-// refuses this VM's hybrid cgroup layout, so it is started from a thread
-// whose mount namespace hides the cgroup2 mount (hiddenCgroup2Launcher).
+// ociContender runs runc or crun on the bundle airlock exports for the
+// command (bundleCache). crun refuses this VM's hybrid cgroup layout, so it
+// is started from a thread whose mount namespace hides the cgroup2 mount
+// (hiddenCgroup2Launcher).
 func ociContender(name, work string, cache *bundleCache) *Contender {
 	state := filepath.Join(work, name+"-state")
 	c := &Contender{
 		Name: name,
-		Equivalence: "OCI bundle written by the benchmark: user (uid 0 → host 100000), mount, pid, net, ipc, uts, " +
-			"cgroup namespaces; read-only root made of the same system base, synthesized /etc files and the command; " +
-			"proc, tmpfs /dev and /tmp (size cap, noexec); no capabilities; noNewPrivileges; airlock's syscall " +
-			"allow-list as an OCI seccomp section (argument rules approximated); pids/memory limits",
+		Equivalence: "the bundle `airlock export oci` writes for the command (export/oci: oci.Config on airlock's plan, " +
+			"Bundle.Write): user (uid 0 → one unprivileged host id), mount, pid, net, ipc, uts, cgroup namespaces; " +
+			"read-only root holding the plan's mounts (system base, synthesized /etc files, /dev nodes, proc, " +
+			"size-capped noexec /tmp, the command); runc's masked and read-only /proc paths; no capabilities; " +
+			"noNewPrivileges; rlimits; memory (no swap) and pids limits; airlock's seccomp allow-list as the " +
+			"export's OCI seccomp section (the ioctl TIOCSTI/TIOCLINUX refusals kept); NOT done: Landlock",
 	}
 	global := []string{"--root", state}
 	if name == "crun" {

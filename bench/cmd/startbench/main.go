@@ -5,6 +5,14 @@
 // results.json and results.md to -out, and bench/plot.py draws the charts
 // from results.json.
 //
+// It uses airlock only through its public packages (bench is its own
+// module; imports_test.go holds the rule). The peers that rebuild airlock's
+// sandbox start from what airlock ships: runc and crun run the bundle
+// export/oci writes for the compiled plan, bubblewrap gets the plan's
+// mounts and the seccomp filter read from a running airlock sandbox, and
+// contenders_test.go checks that each of them answers a probe exactly as
+// `airlock run` does.
+//
 // It calls sandbox.Init first, as every program that links the sandbox
 // package must: the session benchmark re-executes this binary as the
 // sandbox's init.
@@ -194,18 +202,17 @@ func contenders(ctx context.Context, work, airlockBin string) ([]*Contender, []s
 			"(same root filesystem, no mounts, no seccomp, no Landlock, no cgroups)",
 			command: plain("unshare", "-U", "-m", "-p", "-n", "-i", "-u", "-C", "--fork", "--map-root-user")},
 	}
-	if b, err := bwrapContender(work); err != nil {
+	ps := newPlans()
+	if b, err := bwrapContender(ctx, work, airlockBin, ps); err != nil {
 		notes = append(notes, "bwrap: "+err.Error())
+		cs = append(cs, &Contender{Name: "bwrap", Reason: err.Error()})
 	} else {
 		cs = append(cs, b)
 	}
 	cs = append(cs, firejailContender())
-	if bc, err := newBundleCache(work); err != nil {
-		notes = append(notes, "OCI bundle: "+err.Error())
-	} else {
-		for _, name := range []string{"runc", "crun"} {
-			cs = append(cs, ociContender(name, work, bc))
-		}
+	bc := newBundleCache(work, ps)
+	for _, name := range []string{"runc", "crun"} {
+		cs = append(cs, ociContender(name, work, bc))
 	}
 	cs = append(cs, &Contender{Name: "airlock",
 		Equivalence: "airlock run with the default policy (nothing granted): 7 namespaces, root made of the system base " +

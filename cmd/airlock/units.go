@@ -1,5 +1,0 @@
-package main
-
-import "time"
-
-func durationOf(ns int64) time.Duration { return time.Duration(ns) }
