@@ -128,7 +128,7 @@ func (r *run) refuse(code int, err error) *Report {
 
 func (r *run) finish() {
 	r.report.DurationMS = time.Since(r.start).Milliseconds()
-	r.report.setDenials(r.rec.Take())
+	setDenials(r.report, r.rec.Take())
 	if r.meter != nil {
 		r.report.Usage.Ops, r.report.Usage.OutputBytes = r.meter.Usage()
 	}
@@ -297,7 +297,7 @@ func (r *run) reportHalt() bool {
 		e.Suggestion = r.c.Policy.SuggestBudget(h).String()
 	}
 	r.sink.Emit(e)
-	r.report.addSuggestion(e)
+	addSuggestion(r.report, e)
 	return true
 }
 

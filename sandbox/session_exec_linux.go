@@ -62,7 +62,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 		// Everything denied since the previous exec's report, including
 		// what background processes provoked between execs; concurrent
 		// execs split the denials between them, each reported once.
-		e.report.setDenials(s.r.rec.Take())
+		setDenials(e.report, s.r.rec.Take())
 		// The exec's own usage: the ops charged while it ran (this exec's
 		// and its background's), its output, and from wait4 the CPU and
 		// peak memory of its process and what that process waited for.

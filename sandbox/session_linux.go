@@ -20,9 +20,6 @@ import (
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
-// ErrSessionClosed is returned by Exec after the session ended.
-var ErrSessionClosed = errors.New("sandbox: session closed")
-
 // Session is a long-lived sandbox: one policy, one set of namespaces kept
 // alive by its init, one budget. Each Exec runs a command inside it with the
 // same restrictions; background processes survive between execs and die
