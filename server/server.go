@@ -32,7 +32,7 @@ const (
 // needs NewSession and either Tokens or InsecureNoAuth.
 type Config struct {
 	// NewSession starts the sandbox behind each session. Required;
-	// cmd/airlock passes an adapter around sandbox.NewSession.
+	// cmd/airlock passes a closure around sandbox.NewSession.
 	NewSession NewSessionFunc
 
 	// Tokens are the bearer tokens accepted, at least 16 characters each.
@@ -213,8 +213,10 @@ func (s *Server) routes() {
 				allow = append(allow, "HEAD")
 			}
 		}
-		e := &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "use " + strings.Join(allow, ", ") + " on this path", allow: strings.Join(allow, ", ")}
-		s.mux.HandleFunc(p.path, func(w http.ResponseWriter, r *http.Request) { writeError(w, e) })
+		methods := strings.Join(allow, ", ")
+		s.mux.HandleFunc(p.path, func(w http.ResponseWriter, r *http.Request) {
+			methodNotAllowed(w, methods, "use "+methods+" on this path")
+		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, "not_found", "no such endpoint: see GET /v1/openapi.yaml"))
@@ -230,7 +232,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.SetPathValue("path", fp)
 		h := map[string]ownerHandler{"PUT": s.uploadFile, "GET": s.downloadFile, "HEAD": s.downloadFile, "DELETE": s.deleteFile}[r.Method]
 		if h == nil {
-			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "use PUT, GET or DELETE on a file", allow: "PUT, GET, HEAD, DELETE"})
+			methodNotAllowed(w, "PUT, GET, HEAD, DELETE", "use PUT, GET or DELETE on a file")
 			return
 		}
 		s.authed(h)(w, r)
