@@ -39,7 +39,7 @@ type Report struct {
 	// which may be an agent steered by an injected instruction: airlock
 	// serve and airlock mcp set it to nil in what they return unless the
 	// operator starts them with --agent-advice. Nil when there is none.
-	Operator *Operator `json:"operator,omitempty" jsonschema:"advice for the operator who writes the policy, present only when the operator started airlock with --agent-advice"`
+	Operator *Operator `json:"operator,omitempty" jsonschema:"advice for the operator who writes the policy, present only when the operator started airlock mcp with --agent-advice"`
 }
 
 // Operator is the part of a report, or of an error, meant for the operator

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -83,9 +82,9 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
 			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, AgentAdvice: *agentAdvice})
 			if err != nil {
-				return nil, err
+				return nil, err // not a nil *sandbox.Session in a non-nil interface
 			}
-			return mcpSession{s}, nil
+			return s, nil
 		}}
 	srv, err := mcp.New(cfg)
 	if err != nil {
@@ -125,26 +124,6 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		return fail("serve: %v", err)
 	}
 	return 0
-}
-
-// mcpSession adapts *sandbox.Session to mcp.Session, which mcp defines so
-// that it need not import sandbox.
-type mcpSession struct{ *sandbox.Session }
-
-func (s mcpSession) Exec(ctx context.Context, req mcp.ExecRequest) (json.RawMessage, error) {
-	rep, err := s.Session.Exec(ctx, sandbox.ExecRequest{Args: req.Args, Dir: req.Dir, Stdin: req.Stdin, Timeout: req.Timeout})
-	if errors.Is(err, sandbox.ErrSessionClosed) {
-		return nil, fmt.Errorf("%w: %w", mcp.ErrSessionClosed, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rep)
-}
-
-func (s mcpSession) Info() mcp.SessionInfo {
-	i := s.Session.Info()
-	return mcp.SessionInfo{ID: i.ID, Workspace: i.Workspace, Execs: i.Execs, Usage: mcp.Usage(i.Usage)}
 }
 
 // authHandler puts the bearer-token check in front of h, or refuses to
