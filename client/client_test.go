@@ -156,7 +156,7 @@ func TestWorkflow(t *testing.T) {
 		}
 	}
 	entries, err := s.List(ctx, "dir")
-	if err != nil || len(entries) != 1 || entries[0] != (client.Entry{Name: "a b%?#.txt", Type: "file", Size: 5, Mode: "0644"}) {
+	if err != nil || len(entries) != 1 || entries[0] != (api.Entry{Name: "a b%?#.txt", Type: "file", Size: 5, Mode: "0644"}) {
 		t.Errorf("List = %+v, %v", entries, err)
 	}
 
