@@ -238,10 +238,11 @@ type serveToken struct {
 	line    int    // in the token file; 0 for AIRLOCK_TOKEN
 }
 
-// serveTokens reads the token file or, without one, the env token. Each
-// line of the file is "TOKEN" or "TOKEN ceiling=FILE" (FILE relative to
-// the file's folder, and it may contain spaces); blank lines and lines
-// starting with # are skipped. Errors name the line, never the token.
+// serveTokens reads the token file or, without one, the env token: the one
+// token-file format, which airlock mcp --listen reads too. Each line of
+// the file is "TOKEN" or "TOKEN ceiling=FILE" (FILE relative to the file's
+// folder, and it may contain spaces); blank lines and lines starting with
+// # are skipped. Errors name the line, never the token.
 func serveTokens(file, env string) ([]serveToken, error) {
 	if file == "" {
 		if env = strings.TrimSpace(env); env != "" {
