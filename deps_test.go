@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -163,31 +164,150 @@ func realGraph(t *testing.T) graph {
 	}}
 }
 
-// rule is one dependency rule of STYLE.md §2. check returns one message
-// per violation.
-type rule struct {
-	name  string
-	check func(g graph) []string
+// depRule forbids the packages it binds some imports, and says why: the
+// dependency rules of STYLE.md §2 as data, in the manner of tailscale's
+// tstest/deptest (package => forbidden imports => why). Patterns are
+// import paths in which "std" stands for any standard-library package, a
+// leading "./" for this module, "..." for any number of path elements
+// (none included), and other elements are path.Match globs:
+// "./internal/enforce/..." is internal/enforce and everything below it,
+// "./.../*test" every package of the module whose name ends in "test".
+type depRule struct {
+	name   string   // names the rule in failures, -run and the self-test
+	pkgs   []string // the packages the rule binds
+	except []string // packages among pkgs it does not bind
+	// deps makes the rule look at every transitive dependency; otherwise
+	// it looks at the direct imports only.
+	deps  bool
+	deny  []string // imports forbidden
+	allow []string // imports exempt from deny
+	// only, when not nil, forbids everything it does not match.
+	only []string
+	why  string // printed with every violation
 }
 
-var rules = []rule{
-	{"policy-is-pure", checkPolicy},
-	{"model-imports", checkModel},
-	{"enforce-stays-offline", checkEnforce},
-	{"frontends-skip-enforce", checkFrontends},
-	{"no-test-code-in-production", checkNoTestCode},
+var depRules = []depRule{
+	{name: "policy-no-os", pkgs: []string{"./policy/..."},
+		deny: []string{"os", "os/exec", "syscall", "net/http", "log", "golang.org/x/sys/..."},
+		why:  "policy packages are pure data and never touch OS APIs: Parse takes bytes or an io.Reader, never a file name"},
+	{name: "policy-offline", pkgs: []string{"./policy/..."}, deps: true,
+		deny: []string{"os/exec", "net/http"},
+		why:  "no path from the policy model reaches processes or the network (fmt reaches os and syscall; nothing may reach these)"},
+	{name: "policy-leaf", pkgs: []string{"./policy/..."}, deps: true,
+		only: []string{"std", "./policy/...", "go.yaml.in/yaml/v3"},
+		why:  "the policy model depends on no other airlock package and on no third party but the YAML parser"},
+	{name: "api-std-only", pkgs: []string{"./api"},
+		only: []string{"std"},
+		why:  "the wire types are a leaf: a program that decodes airlock's answers must not link the sandbox, its enforcement code or the policy parser"},
+	{name: "audit-std-only", pkgs: []string{"./audit"},
+		only: []string{"std"},
+		why:  "audit events are plain data that every layer emits, so audit sits below all of them"},
+	{name: "plan-pure", pkgs: []string{"./plan"},
+		only: []string{"std", "./policy/..."},
+		why:  "the plan is computed from the policy alone (plan, then apply): it imports only policy/... and the standard library"},
+	{name: "enforce-offline", pkgs: []string{"./internal/enforce/..."}, deps: true,
+		deny: []string{"net/http", "./egress/...", "./server/...", "./mcp/..."},
+		why:  "the code that applies the restrictions never links an HTTP stack or a network front end, not even through another package"},
+	{name: "export-skips-enforce", pkgs: []string{"./export/..."}, deps: true,
+		deny:  []string{"./internal/enforce/..."},
+		allow: []string{"./internal/enforce/seccomp"},
+		why:   "exports are pure translations and never reach the enforcement code; the one exception is the seccomp profile, plain data, so the exported filter cannot drift from the installed one"},
+	{name: "export-seccomp-via-oci", pkgs: []string{"./export/..."}, except: []string{"./export/oci"},
+		deny: []string{"./internal/enforce/seccomp"},
+		why:  "among the exports only export/oci reads the seccomp profile; the others get it through export/oci"},
+	{name: "egress-skips-enforce", pkgs: []string{"./egress/..."}, deps: true,
+		deny: []string{"./internal/enforce/..."},
+		why:  "the egress proxy decides by the policy alone and never links the enforcement code"},
+	{name: "frontends-no-enforce", pkgs: []string{"./server/...", "./mcp/...", "./client/..."},
+		deny: []string{"./internal/enforce/..."},
+		why:  "front ends hold a sandbox through their small Session interfaces over api types and never drive the kernel layers themselves (they may reach them through sandbox)"},
+	{name: "client-links-api-only", pkgs: []string{"./client/..."}, deps: true,
+		only: []string{"std", "./api"},
+		why:  "a program that drives airlock over HTTP must not link the sandbox, its enforcement code or the policy parser"},
+	{name: "httpauth-std-only", pkgs: []string{"./internal/httpauth"},
+		only: []string{"std"},
+		why:  "the bearer-token check stays small enough to review at a glance"},
+	{name: "k8s-types-in-export-k8s", pkgs: []string{"./..."}, except: []string{"./export/k8s/..."},
+		deny: []string{"k8s.io/..."},
+		why:  "only export/k8s imports the Kubernetes types"},
+	{name: "mcp-sdk-in-mcp", pkgs: []string{"./..."}, except: []string{"./mcp/..."},
+		deny: []string{"github.com/modelcontextprotocol/..."},
+		why:  "only mcp imports the MCP SDK"},
+	{name: "no-test-code-in-production", pkgs: []string{"./..."}, except: []string{"./internal/airtest/...", "./.../*test"}, deps: true,
+		deny: []string{"testing", "./internal/airtest/...", "./.../*test"},
+		why:  "production packages never link the testing package, the test kit or a fake package (xxxtest)"},
 }
 
-// TestDependencyRules applies every rule to this module.
-func TestDependencyRules(t *testing.T) {
-	g := realGraph(t)
-	for _, want := range []string{"policy", "audit", "plan", "internal/enforce/nsinit", "cmd/airlock"} {
-		if !slices.ContainsFunc(g.pkgs, func(p *listedPackage) bool { return rel(p.ImportPath) == want }) {
-			t.Errorf("package %s not found: the rules about it check nothing", want)
+// match reports whether the import path p matches the pattern pat (see
+// depRule).
+func (g graph) match(pat, p string) bool {
+	if pat == "std" {
+		return g.std(p)
+	}
+	if rest, ok := strings.CutPrefix(pat, "./"); ok {
+		pat = module + "/" + rest
+	}
+	return matchElems(strings.Split(pat, "/"), strings.Split(p, "/"))
+}
+
+func matchElems(pat, p []string) bool {
+	if len(pat) == 0 {
+		return len(p) == 0
+	}
+	if pat[0] == "..." {
+		for i := range len(p) + 1 {
+			if matchElems(pat[1:], p[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	if len(p) == 0 {
+		return false
+	}
+	ok, err := path.Match(pat[0], p[0])
+	return err == nil && ok && matchElems(pat[1:], p[1:])
+}
+
+func (g graph) matchAny(pats []string, p string) bool {
+	return slices.ContainsFunc(pats, func(pat string) bool { return g.match(pat, p) })
+}
+
+// check returns one message per import that breaks r.
+func (r depRule) check(g graph) []string {
+	var bad []string
+	for _, p := range g.pkgs {
+		if !g.matchAny(r.pkgs, p.ImportPath) || g.matchAny(r.except, p.ImportPath) {
+			continue
+		}
+		list, verb := p.Imports, "imports"
+		if r.deps {
+			list, verb = p.Deps, "depends on"
+		}
+		for _, imp := range list {
+			denied := g.matchAny(r.deny, imp) && !g.matchAny(r.allow, imp)
+			if r.only != nil && !g.matchAny(r.only, imp) {
+				denied = true
+			}
+			if denied {
+				bad = append(bad, rel(p.ImportPath)+" "+verb+" "+imp+": "+r.why+" (rule "+r.name+")")
+			}
 		}
 	}
-	for _, r := range rules {
+	return bad
+}
+
+// TestDependencyRules applies every rule to this module. A rule whose
+// packages do not exist checks nothing, which is an error too.
+func TestDependencyRules(t *testing.T) {
+	g := realGraph(t)
+	for _, r := range depRules {
 		t.Run(r.name, func(t *testing.T) {
+			for _, pat := range r.pkgs {
+				if !slices.ContainsFunc(g.pkgs, func(p *listedPackage) bool { return g.match(pat, p.ImportPath) }) {
+					t.Errorf("no package matches %q: the rule checks nothing", pat)
+				}
+			}
 			for _, msg := range r.check(g) {
 				t.Error(msg)
 			}
@@ -196,7 +316,8 @@ func TestDependencyRules(t *testing.T) {
 }
 
 // TestDependencyRulesCatch feeds each rule a module that breaks it, so
-// that a rule that can no longer fail is noticed.
+// that a rule that can no longer fail is noticed, and checks that the
+// allowed shapes pass every rule.
 func TestDependencyRulesCatch(t *testing.T) {
 	std := func(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
 	m := func(r string) string { return module + "/" + r }
@@ -207,174 +328,78 @@ func TestDependencyRulesCatch(t *testing.T) {
 		rule string
 		pkg  *listedPackage
 	}{
-		{"policy-is-pure", pkg("policy", []string{"os"}, []string{"os"})},
-		{"policy-is-pure", pkg("policy/hostspec", []string{"log"}, []string{"log"})},
-		{"policy-is-pure", pkg("policy/pathspec", []string{"golang.org/x/sys/unix"}, []string{"golang.org/x/sys/unix"})},
-		{"policy-is-pure", pkg("policy/budget", []string{m("audit")}, []string{m("audit")})},
-		{"policy-is-pure", pkg("policy", []string{"example.com/x"}, []string{"example.com/y"})},
-		{"policy-is-pure", pkg("policy", []string{"net/url"}, []string{"net/http"})},
-		{"model-imports", pkg("audit", []string{"go.yaml.in/yaml/v3"}, nil)},
-		{"model-imports", pkg("plan", []string{m("internal/enforce/mount")}, nil)},
-		{"enforce-stays-offline", pkg("internal/enforce/mount", nil, []string{"net/http"})},
-		{"enforce-stays-offline", pkg("internal/enforce/nsinit", nil, []string{m("egress")})},
-		{"enforce-stays-offline", pkg("internal/enforce/seccomp", nil, []string{m("server/api")})},
-		{"frontends-skip-enforce", pkg("egress", nil, []string{m("internal/enforce/netns")})},
-		{"frontends-skip-enforce", pkg("export/oci", nil, []string{m("internal/enforce/mount")})},
-		{"frontends-skip-enforce", pkg("export/k8s", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")})},
-		{"frontends-skip-enforce", pkg("egress", nil, []string{m("internal/enforce/seccomp")})},
-		{"frontends-skip-enforce", pkg("sandbox", []string{"k8s.io/api/core/v1"}, nil)},
-		{"frontends-skip-enforce", pkg("server", []string{"github.com/modelcontextprotocol/go-sdk/mcp"}, nil)},
+		{"policy-no-os", pkg("policy", []string{"os"}, []string{"os"})},
+		{"policy-no-os", pkg("policy/hostspec", []string{"log"}, []string{"log"})},
+		{"policy-no-os", pkg("policy/pathspec", []string{"golang.org/x/sys/unix"}, []string{"golang.org/x/sys/unix"})},
+		{"policy-leaf", pkg("policy/budget", []string{m("audit")}, []string{m("audit")})},
+		{"policy-leaf", pkg("policy", []string{"example.com/x"}, []string{"example.com/y"})},
+		{"policy-offline", pkg("policy", []string{"net/url"}, []string{"net/http"})},
+		{"api-std-only", pkg("api", []string{"encoding/json", m("policy")}, nil)},
+		{"api-std-only", pkg("api", []string{"github.com/google/jsonschema-go/jsonschema"}, nil)},
+		{"audit-std-only", pkg("audit", []string{"go.yaml.in/yaml/v3"}, nil)},
+		{"audit-std-only", pkg("audit", []string{m("policy")}, nil)},
+		{"plan-pure", pkg("plan", []string{m("internal/enforce/mount")}, nil)},
+		{"enforce-offline", pkg("internal/enforce/mount", nil, []string{"net/http"})},
+		{"enforce-offline", pkg("internal/enforce/nsinit", nil, []string{m("egress")})},
+		{"enforce-offline", pkg("internal/enforce/seccomp", nil, []string{m("server/api")})},
+		{"export-skips-enforce", pkg("export/oci", nil, []string{m("internal/enforce/mount")})},
+		{"export-skips-enforce", pkg("export/k8s", nil, []string{m("internal/enforce/cgroup")})},
+		{"export-seccomp-via-oci", pkg("export/k8s", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")})},
+		{"egress-skips-enforce", pkg("egress", nil, []string{m("internal/enforce/netns")})},
+		{"egress-skips-enforce", pkg("egress", nil, []string{m("internal/enforce/seccomp")})},
+		{"frontends-no-enforce", pkg("server", []string{m("internal/enforce/cgroup")}, []string{m("internal/enforce/cgroup")})},
+		{"frontends-no-enforce", pkg("mcp", []string{m("internal/enforce/nsinit")}, nil)},
+		{"frontends-no-enforce", pkg("client", []string{m("internal/enforce")}, nil)},
+		{"client-links-api-only", pkg("client", []string{m("api")}, []string{m("api"), m("policy")})},
+		{"client-links-api-only", pkg("client", []string{m("sandbox")}, []string{m("sandbox")})},
+		{"httpauth-std-only", pkg("internal/httpauth", []string{m("policy")}, nil)},
+		{"k8s-types-in-export-k8s", pkg("sandbox", []string{"k8s.io/api/core/v1"}, nil)},
+		{"k8s-types-in-export-k8s", pkg("export/oci", []string{"k8s.io/apimachinery/pkg/api/resource"}, nil)},
+		{"mcp-sdk-in-mcp", pkg("server", []string{"github.com/modelcontextprotocol/go-sdk/mcp"}, nil)},
 		{"no-test-code-in-production", pkg("sandbox", nil, []string{"testing"})},
 		{"no-test-code-in-production", pkg("cmd/airlock", nil, []string{m("internal/airtest")})},
 		{"no-test-code-in-production", pkg("server", nil, []string{m("egress/egresstest")})},
 	}
+	caught := map[string]bool{}
 	for _, tt := range tests {
 		t.Run(tt.rule+"/"+rel(tt.pkg.ImportPath), func(t *testing.T) {
-			i := slices.IndexFunc(rules, func(r rule) bool { return r.name == tt.rule })
+			i := slices.IndexFunc(depRules, func(r depRule) bool { return r.name == tt.rule })
 			if i < 0 {
 				t.Fatalf("no rule %q", tt.rule)
 			}
-			if got := rules[i].check(graph{pkgs: []*listedPackage{tt.pkg}, std: std}); len(got) == 0 {
+			caught[tt.rule] = true
+			if got := depRules[i].check(graph{pkgs: []*listedPackage{tt.pkg}, std: std}); len(got) == 0 {
 				t.Errorf("rule %s accepts %s importing %v (deps %v)", tt.rule, rel(tt.pkg.ImportPath), tt.pkg.Imports, tt.pkg.Deps)
 			}
 		})
+	}
+	for _, r := range depRules {
+		if !caught[r.name] {
+			t.Errorf("rule %s has no case above that breaks it", r.name)
+		}
+		if r.why == "" {
+			t.Errorf("rule %s says not why", r.name)
+		}
 	}
 	// And the allowed shapes pass.
 	ok := []*listedPackage{
 		pkg("policy", []string{"fmt", "go.yaml.in/yaml/v3", m("policy/hostspec")}, []string{"fmt", "os", "syscall", "go.yaml.in/yaml/v3", m("policy/hostspec")}),
 		pkg("plan", []string{"sort", m("policy")}, []string{"go.yaml.in/yaml/v3", m("policy")}),
+		pkg("api", []string{"encoding/json", "io", "time"}, []string{"encoding/json", "io", "time"}),
 		pkg("internal/enforce/nsinit", nil, []string{m("internal/enforce/mount"), m("plan")}),
 		pkg("export/k8s", []string{"k8s.io/api/core/v1", m("export/oci")}, []string{m("plan"), m("export/oci"), m("internal/enforce/seccomp")}),
 		pkg("export/oci", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")}),
+		// A front end may reach the enforcement code through sandbox.
+		pkg("server", []string{m("api"), m("sandbox")}, []string{m("api"), m("sandbox"), m("internal/enforce/cgroup")}),
+		pkg("mcp", []string{"github.com/modelcontextprotocol/go-sdk/mcp", m("api")}, []string{m("api"), m("internal/enforce/nsinit")}),
+		pkg("client", []string{m("api"), "net/http"}, []string{m("api"), "net/http", "crypto/tls"}),
 		pkg("internal/airtest", nil, []string{"testing"}),
 	}
-	for _, r := range rules {
+	for _, r := range depRules {
 		if got := r.check(graph{pkgs: ok, std: std}); len(got) > 0 {
 			t.Errorf("rule %s rejects an allowed module: %v", r.name, got)
 		}
 	}
-}
-
-// checkPolicy: policy/... is pure data. It imports only the standard
-// library (never the OS-facing parts), other policy packages and the YAML
-// parser.
-func checkPolicy(g graph) []string {
-	forbiddenDirect := []string{"os", "os/exec", "syscall", "net/http", "log"}
-	forbiddenAnywhere := []string{"os/exec", "net/http"} // fmt reaches os and syscall, nothing reaches these
-	var bad []string
-	for _, p := range g.pkgs {
-		if !under(p.ImportPath, "policy") {
-			continue
-		}
-		r := rel(p.ImportPath)
-		for _, imp := range p.Imports {
-			if slices.Contains(forbiddenDirect, imp) || imp == "golang.org/x/sys" || strings.HasPrefix(imp, "golang.org/x/sys/") {
-				bad = append(bad, r+" imports "+imp+"; policy packages must not touch OS APIs")
-			}
-		}
-		for _, d := range p.Deps {
-			switch {
-			case slices.Contains(forbiddenAnywhere, d):
-				bad = append(bad, r+" depends on "+d+" (transitively); policy packages must not reach it")
-			case under(d, "policy"), d == "go.yaml.in/yaml/v3":
-			case ours(d):
-				bad = append(bad, r+" depends on "+d+"; policy packages import only policy/...")
-			case !g.std(d):
-				bad = append(bad, r+" depends on "+d+"; policy packages import only the standard library and go.yaml.in/yaml/v3")
-			}
-		}
-	}
-	return bad
-}
-
-// checkModel: audit and plan import only policy/... and the
-// standard library.
-func checkModel(g graph) []string {
-	var bad []string
-	for _, p := range g.pkgs {
-		r := rel(p.ImportPath)
-		if r != "audit" && r != "plan" {
-			continue
-		}
-		for _, imp := range p.Imports {
-			if !under(imp, "policy") && (ours(imp) || !g.std(imp)) {
-				bad = append(bad, r+" imports "+imp+"; it may import only policy/... and the standard library")
-			}
-		}
-	}
-	return bad
-}
-
-// checkEnforce: the enforcement packages never reach the network-facing
-// layers, not even through another package.
-func checkEnforce(g graph) []string {
-	var bad []string
-	for _, p := range g.pkgs {
-		if !under(p.ImportPath, "internal/enforce") {
-			continue
-		}
-		for _, d := range p.Deps {
-			if d == "net/http" || under(d, "egress") || under(d, "server") || under(d, "mcp") {
-				bad = append(bad, rel(p.ImportPath)+" depends on "+d+"; internal/enforce must not reach net/http, egress, server or mcp")
-			}
-		}
-	}
-	return bad
-}
-
-// checkFrontends: exports and network-facing packages never reach the
-// enforcement packages, and the Kubernetes types and the MCP SDK stay in
-// the one package each that needs them.
-func checkFrontends(g graph) []string {
-	var bad []string
-	for _, p := range g.pkgs {
-		r := rel(p.ImportPath)
-		if under(p.ImportPath, "export") || under(p.ImportPath, "egress") || under(p.ImportPath, "server") || under(p.ImportPath, "mcp") {
-			for _, d := range p.Deps {
-				// The one exception: the exports read seccomp.DefaultProfile,
-				// which is plain data, so the exported filter cannot drift
-				// from the installed one. Only export/oci imports it.
-				if d == module+"/internal/enforce/seccomp" && under(p.ImportPath, "export") {
-					continue
-				}
-				if under(d, "internal/enforce") {
-					bad = append(bad, r+" depends on "+d+"; export, egress, server and mcp must not reach internal/enforce")
-				}
-			}
-		}
-		for _, imp := range p.Imports {
-			if imp == module+"/internal/enforce/seccomp" && under(p.ImportPath, "export") && r != "export/oci" {
-				bad = append(bad, r+" imports "+imp+"; among the exports only export/oci reads the seccomp profile")
-			}
-			if strings.HasPrefix(imp, "k8s.io/") && !under(p.ImportPath, "export/k8s") {
-				bad = append(bad, r+" imports "+imp+"; only export/k8s imports the Kubernetes types")
-			}
-			if strings.HasPrefix(imp, "github.com/modelcontextprotocol/") && !under(p.ImportPath, "mcp") {
-				bad = append(bad, r+" imports "+imp+"; only mcp imports the MCP SDK")
-			}
-		}
-	}
-	return bad
-}
-
-// checkNoTestCode: no production package links the testing package, the
-// test kit, or a fake package (xxxtest).
-func checkNoTestCode(g graph) []string {
-	isKit := func(path string) bool {
-		return ours(path) && (under(path, "internal/airtest") || strings.HasSuffix(path, "test"))
-	}
-	var bad []string
-	for _, p := range g.pkgs {
-		if isKit(p.ImportPath) {
-			continue
-		}
-		for _, d := range p.Deps {
-			if d == "testing" || isKit(d) {
-				bad = append(bad, rel(p.ImportPath)+" depends on "+d+"; production packages must not link test code")
-			}
-		}
-	}
-	return bad
 }
 
 // TestUnsafeFileNames checks that only *_unsafe.go files import unsafe, so

@@ -2,11 +2,12 @@
 // create a session, run commands in it with their output streamed back,
 // move files in and out, and destroy it.
 //
-// It imports only the standard library: a program that drives airlock over
-// HTTP must not link the sandbox, its enforcement code or the policy
-// parser. Errors from the server are *Error values carrying the status, the
-// API's error code and, for refusals, the structured denial, so an agent
-// can tell what was refused and why. Paths are sent segment by segment as
+// It imports only package api (the wire types, which the server sends) and
+// the standard library: a program that drives airlock over HTTP must not
+// link the sandbox, its enforcement code or the policy parser
+// (deps_test.go checks this). Errors from the server are *Error (api.Error)
+// values carrying the status, the API's error code and, for refusals, the
+// structured denial, so an agent can tell what was refused and why. Paths are sent segment by segment as
 // given (never cleaned here), so the server's guard, not this package,
 // decides what a path may reach.
 package client
@@ -22,7 +23,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // Options tunes a Client. The zero Options is ready to use.
@@ -66,142 +68,12 @@ func New(baseURL, token string, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// Error is an error answered by the server.
-type Error struct {
-	Status   int       // HTTP status, e.g. 403
-	Code     string    // API error code, e.g. "denied", "session_ended"
-	Message  string    // public explanation from the server
-	Denial   *Denial   // set on refusals (403)
-	Problems []Problem // set on invalid policies (code "bad_policy")
-	// Operator is the policy change that would allow a refusal: advice
-	// for the operator, sent only by a server started with --agent-advice.
-	Operator *Operator
-}
-
-func (e *Error) Error() string {
-	return "airlock api: " + strconv.Itoa(e.Status) + " " + e.Code + ": " + e.Message
-}
-
-// Problem is one error in a policy, at 1-based Line and Col (zero when the
-// problem has no position).
-type Problem struct {
-	Line    int    `json:"line"`
-	Col     int    `json:"col"`
-	Message string `json:"message"`
-}
-
-// Denial is one refused operation, naming the grant that would allow it.
-type Denial struct {
-	Layer   string `json:"layer"`
-	Op      string `json:"op"`
-	Target  string `json:"target"`
-	Rule    string `json:"rule"`
-	Message string `json:"message"`
-	// Hint says what can be done instead within the grants; "" when
-	// there is nothing to add.
-	Hint string `json:"hint,omitempty"`
-	// Count is how many times it happened, in a report or session info;
-	// 0 in the denial of a refused request.
-	Count int64 `json:"count,omitempty"`
-}
-
-// DenialCounts counts every denial of an exec or session, itemized or not.
-type DenialCounts struct {
-	Total   int64            `json:"total"`
-	ByLayer map[string]int64 `json:"by_layer"` // e.g. "net": 12
-	// Dropped is how many of Total are not itemized, because the list
-	// already held the most distinct denials a report keeps.
-	Dropped int64 `json:"dropped"`
-}
-
-// Usage is what a session or an exec consumed.
-type Usage struct {
-	CPUMS          int64 `json:"cpu_ms"`
-	MaxMemoryBytes int64 `json:"max_memory_bytes"`
-	Ops            int64 `json:"ops"`
-	OutputBytes    int64 `json:"output_bytes"`
-	WriteBytes     int64 `json:"write_bytes"` // added to fs_write grants (max_write)
-}
-
-// Enforcement says which layers held during an exec.
-type Enforcement struct {
-	Namespaces bool     `json:"namespaces"`
-	Landlock   int      `json:"landlock_abi"`
-	Seccomp    bool     `json:"seccomp"`
-	Cgroup     string   `json:"cgroup,omitempty"`
-	Downgrades []string `json:"downgrades,omitempty"`
-	FSDenials  string   `json:"fs_denials"`
-}
-
-// Report is the result of one exec (the `airlock run --json` report).
-type Report struct {
-	ExitCode        int          `json:"exit_code"`
-	Signal          *int         `json:"signal"`
-	HaltedBy        *string      `json:"halted_by"`
-	DurationMS      int64        `json:"duration_ms"`
-	Stdout          string       `json:"stdout"`
-	Stderr          string       `json:"stderr"`
-	StdoutTruncated bool         `json:"stdout_truncated"`
-	StderrTruncated bool         `json:"stderr_truncated"`
-	Usage           Usage        `json:"usage"`
-	Denials         []Denial     `json:"denials"` // distinct, each with its count
-	DenialCounts    DenialCounts `json:"denial_counts"`
-	Error           string       `json:"error,omitempty"`
-	Enforcement     Enforcement  `json:"enforcement"`
-	Writes          *Writes      `json:"writes,omitempty"`
-	// Operator is the operator's advice: the policy changes that would
-	// allow the exec's denials and halt. Only a server started with
-	// --agent-advice sends it; nil otherwise.
-	Operator *Operator `json:"operator,omitempty"`
-}
-
-// Operator is advice for the operator who writes the policy. Every change
-// in it widens the policy.
-type Operator struct {
-	Suggestions []OperatorSuggestion `json:"suggestions"`
-}
-
-// OperatorSuggestion is the policy change that would allow one denial or
-// halt, which Layer, Op, Target and Rule name as in Report.Denials.
-type OperatorSuggestion struct {
-	Layer      string   `json:"layer"`
-	Op         string   `json:"op,omitempty"`
-	Target     string   `json:"target,omitempty"`
-	Rule       string   `json:"rule"`
-	Suggestion string   `json:"suggestion"` // as text, e.g. add "pypi.org:443" to net_hosts
-	Changes    []Change `json:"changes"`
-}
-
-// Change is one edit of a policy file, as policy.Change.
-type Change struct {
-	Action string `json:"action"` // "add", "remove" or "raise"
-	Key    string `json:"key"`    // a policy list such as net_hosts, or a budget such as max_wall
-	Value  string `json:"value"`  // the entry, or the new budget ("1m")
-}
-
-// SessionInfo describes a live session.
-type SessionInfo struct {
-	ID           string    `json:"id"`
-	Created      time.Time `json:"created"`
-	Deadline     time.Time `json:"deadline"`      // max_wall ends it then
-	IdleDeadline time.Time `json:"idle_deadline"` // the idle timeout ends it then, unless used
-	Workspace    string    `json:"workspace"`     // first fs_write grant; "" if none
-	Execs        int       `json:"execs"`
-	Usage        Usage     `json:"usage"`
-	// PendingDenials are the denials not yet in an exec's report, e.g. of
-	// background processes between execs; the next exec reports them.
-	PendingDenials []Denial `json:"pending_denials"`
-	// DenialCounts counts every denial since the session started.
-	DenialCounts DenialCounts `json:"denial_counts"`
-}
-
-// Entry is one directory entry.
-type Entry struct {
-	Name string `json:"name"`
-	Type string `json:"type"` // "file", "dir", "symlink" or "other"
-	Size int64  `json:"size"`
-	Mode string `json:"mode"` // permission bits in octal, e.g. "0644"
-}
+// Error is an error answered by the server: the API's error body
+// (api.Error) with its HTTP status. Refusals carry the structured denial,
+// invalid policies their problems, refused ceilings every grant beyond
+// them. An answer that is not the API's (a proxy's page) is an Error with
+// code "http_STATUS".
+type Error = api.Error
 
 // Health reports whether the server answers GET /v1/health.
 func (c *Client) Health(ctx context.Context) error {
@@ -219,7 +91,7 @@ func (c *Client) CreateSession(ctx context.Context, req CreateRequest) (*Session
 	if req.PolicyName != "" {
 		body["policy_name"] = req.PolicyName
 	}
-	var info SessionInfo
+	var info api.SessionInfo
 	if err := c.doJSON(ctx, "POST", "/v1/sessions", body, &info); err != nil {
 		return nil, err
 	}
@@ -234,9 +106,9 @@ type CreateRequest struct {
 }
 
 // Sessions lists the token's live sessions, oldest first.
-func (c *Client) Sessions(ctx context.Context) ([]SessionInfo, error) {
+func (c *Client) Sessions(ctx context.Context) ([]api.SessionInfo, error) {
 	var out struct {
-		Sessions []SessionInfo `json:"sessions"`
+		Sessions []api.SessionInfo `json:"sessions"`
 	}
 	if err := c.doJSON(ctx, "GET", "/v1/sessions", nil, &out); err != nil {
 		return nil, err
@@ -280,15 +152,7 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 // readError decodes an error body, or describes one that is not JSON.
 func readError(resp *http.Response) error {
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20)) // what was read is enough to explain
-	var body struct {
-		Error *struct {
-			Code     string    `json:"code"`
-			Message  string    `json:"message"`
-			Denial   *Denial   `json:"denial"`
-			Problems []Problem `json:"problems"`
-			Operator *Operator `json:"operator"`
-		} `json:"error"`
-	}
+	var body api.ErrorBody
 	if json.Unmarshal(data, &body) != nil || body.Error == nil {
 		msg := strings.TrimSpace(string(data))
 		if len(msg) > 200 {
@@ -296,8 +160,8 @@ func readError(resp *http.Response) error {
 		}
 		return &Error{Status: resp.StatusCode, Code: "http_" + strconv.Itoa(resp.StatusCode), Message: "not an airlock API answer: " + msg}
 	}
-	e := body.Error
-	return &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Message, Denial: e.Denial, Problems: e.Problems, Operator: e.Operator}
+	body.Error.Status = resp.StatusCode
+	return body.Error
 }
 
 // doJSON sends in as JSON (nil sends no body) and decodes the answer into
@@ -331,26 +195,4 @@ func (c *Client) doJSON(ctx context.Context, method, p string, in, out any) erro
 		return fmt.Errorf("client: %s %s: decode answer: %w", method, p, err)
 	}
 	return nil
-}
-
-// Writes is what the copy back of a run's staged fs_write grants did.
-type Writes struct {
-	Complete     bool         `json:"complete"`
-	Files        int          `json:"files"`
-	Bytes        int64        `json:"bytes"`
-	Dirs         int          `json:"dirs"`
-	Symlinks     int          `json:"symlinks"`
-	Removed      int          `json:"removed"`
-	ModesDropped int          `json:"modes_dropped,omitempty"`
-	Refused      []WriteEntry `json:"refused,omitempty"`
-	RefusedTotal int          `json:"refused_total,omitempty"`
-	Failed       []WriteEntry `json:"failed,omitempty"`
-	FailedTotal  int          `json:"failed_total,omitempty"`
-	Moved        []string     `json:"moved,omitempty"`
-}
-
-// WriteEntry is one path the copy back refused or failed on.
-type WriteEntry struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -42,13 +42,13 @@ func (s *echoSession) ID() string            { return s.id }
 func (s *echoSession) Guard() *guard.Guard   { return s.g }
 func (s *echoSession) Done() <-chan struct{} { return s.done }
 func (s *echoSession) Close() error          { s.once.Do(func() { close(s.done) }); return nil }
-func (s *echoSession) Info() server.Info {
-	return server.Info{ID: s.id, Workspace: s.ws, Execs: 1, Usage: server.Usage{Ops: 2}}
+func (s *echoSession) Info() api.SessionInfo {
+	return api.SessionInfo{ID: s.id, Workspace: s.ws, Execs: 1, Usage: api.Usage{Ops: 2}}
 }
 
 // Exec writes each argument after the first to stdout, stdin to stderr,
 // and reports exit code len(Args).
-func (s *echoSession) Exec(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+func (s *echoSession) Exec(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 	var out bytes.Buffer
 	for _, a := range req.Args[1:] {
 		out.WriteString(a)
@@ -63,7 +63,7 @@ func (s *echoSession) Exec(ctx context.Context, req server.ExecRequest) (json.Ra
 			req.Stderr.Write(in)
 		}
 	}
-	return json.Marshal(map[string]any{"exit_code": len(req.Args), "stdout": out.String(), "stderr": string(in), "denials": []any{}})
+	return &api.Report{ExitCode: len(req.Args), Stdout: out.String(), Stderr: string(in), Denials: []api.Denial{}}, nil
 }
 
 func newServer(t *testing.T) *httptest.Server {
@@ -156,7 +156,7 @@ func TestWorkflow(t *testing.T) {
 		}
 	}
 	entries, err := s.List(ctx, "dir")
-	if err != nil || len(entries) != 1 || entries[0] != (client.Entry{Name: "a b%?#.txt", Type: "file", Size: 5, Mode: "0644"}) {
+	if err != nil || len(entries) != 1 || entries[0] != (api.Entry{Name: "a b%?#.txt", Type: "file", Size: 5, Mode: "0644"}) {
 		t.Errorf("List = %+v, %v", entries, err)
 	}
 

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // maxEventLine bounds one NDJSON line of a streamed exec.
@@ -66,24 +68,13 @@ type ExecRequest struct {
 // that fails, is refused or is halted by a budget is a report, not an
 // error; errors are about the request or the session (an *Error with code
 // "session_ended" once it has ended).
-func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
-	body := map[string]any{"args": req.Args}
-	if req.Dir != "" {
-		body["dir"] = req.Dir
-	}
-	if req.Env != nil {
-		body["env"] = req.Env
-	}
-	if req.Stdin != "" {
-		body["stdin"] = req.Stdin
-	}
+func (s *Session) Exec(ctx context.Context, req ExecRequest) (*api.Report, error) {
+	body := api.ExecBody{Args: req.Args, Dir: req.Dir, Env: req.Env, Stdin: req.Stdin}
 	if req.Timeout > 0 {
-		body["timeout"] = req.Timeout.String()
+		body.Timeout = req.Timeout.String()
 	}
 	if req.OnOutput == nil {
-		var out struct {
-			Report *Report `json:"report"`
-		}
+		var out api.ExecResult
 		if err := s.c.doJSON(ctx, "POST", s.path("/exec"), body, &out); err != nil {
 			return nil, err
 		}
@@ -111,21 +102,11 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 }
 
 // readStream reads NDJSON events until the report or an error line.
-func readStream(r io.Reader, status int, onOutput func(string, []byte)) (*Report, error) {
+func readStream(r io.Reader, status int, onOutput func(string, []byte)) (*api.Report, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxEventLine)
 	for sc.Scan() {
-		var ev struct {
-			Stream string  `json:"stream"`
-			Data   string  `json:"data"`
-			Report *Report `json:"report"`
-			Error  *struct {
-				Code     string    `json:"code"`
-				Message  string    `json:"message"`
-				Denial   *Denial   `json:"denial"`
-				Problems []Problem `json:"problems"`
-			} `json:"error"`
-		}
+		var ev api.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			return nil, fmt.Errorf("client: exec stream: bad line: %w", err)
 		}
@@ -135,11 +116,11 @@ func readStream(r io.Reader, status int, onOutput func(string, []byte)) (*Report
 		case ev.Error != nil:
 			// The status was 200 when the stream began; the error is what
 			// the plain answer would have been.
-			st := 500
+			ev.Error.Status = 500
 			if ev.Error.Code == "session_ended" {
-				st = 410
+				ev.Error.Status = 410
 			}
-			return nil, &Error{Status: st, Code: ev.Error.Code, Message: ev.Error.Message, Denial: ev.Error.Denial, Problems: ev.Error.Problems}
+			return nil, ev.Error
 		case ev.Stream != "":
 			onOutput(ev.Stream, []byte(ev.Data))
 		}
@@ -190,13 +171,13 @@ func (s *Session) Download(ctx context.Context, path string) ([]byte, error) {
 
 // List returns the entries of dir (relative to the workspace, or absolute;
 // "" is the workspace), sorted by name.
-func (s *Session) List(ctx context.Context, dir string) ([]Entry, error) {
+func (s *Session) List(ctx context.Context, dir string) ([]api.Entry, error) {
 	p := s.path("/files")
 	if dir != "" {
 		p += "?dir=" + url.QueryEscape(dir)
 	}
 	var out struct {
-		Entries []Entry `json:"entries"`
+		Entries []api.Entry `json:"entries"`
 	}
 	if err := s.c.doJSON(ctx, "GET", p, nil, &out); err != nil {
 		return nil, err
@@ -210,8 +191,8 @@ func (s *Session) Delete(ctx context.Context, path string) error {
 }
 
 // Info returns the session's deadlines and usage.
-func (s *Session) Info(ctx context.Context) (*SessionInfo, error) {
-	var info SessionInfo
+func (s *Session) Info(ctx context.Context) (*api.SessionInfo, error) {
+	var info api.SessionInfo
 	if err := s.c.doJSON(ctx, "GET", s.path(""), nil, &info); err != nil {
 		return nil, err
 	}

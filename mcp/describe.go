@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path"
 	"strconv"
@@ -10,9 +9,9 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/denial"
 	"github.com/airlock-sandbox/airlock/policy"
-	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
 // language is a value of run's language argument.
@@ -72,80 +71,40 @@ func runnable(p *policy.Policy) []string {
 	return out
 }
 
-// toolDenial is the denial for running name, which allowed_tools lacks.
-func (s *Server) toolDenial(name string) *Denial {
-	return &Denial{
-		Layer:   audit.LayerExec,
-		Op:      "exec",
-		Target:  name,
-		Rule:    policy.AllowedTools.String(),
-		Message: name + " is not in allowed_tools; allowed: " + listOr(s.cfg.Policy.AllowedTools(), "none"),
-		fix:     s.cfg.Policy.SuggestTool(name),
-	}
+// toolDenial is the refusal of running name, which allowed_tools lacks.
+func (s *Server) toolDenial(name string) denial.Refusal {
+	p := s.cfg.Policy
+	de := &policy.DenyError{Cap: policy.AllowedTools, Op: "exec", Subject: name,
+		Reason: name + " is not in allowed_tools; allowed: " + listOr(p.AllowedTools(), "none")}
+	r, _ := denial.Of(de, "exec", name, p) // a DenyError always is a refusal
+	return r
 }
 
 // emitDenial records a refusal this package made itself.
-func (s *Server) emitDenial(d *Denial) {
-	s.sink.Emit(audit.Event{Time: s.clock.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message,
-		Suggestion: d.fix.String(), Hint: d.Hint})
-}
+func (s *Server) emitDenial(r denial.Refusal) { s.sink.Emit(r.Event(s.clock.Now())) }
 
-// denialOf returns the structured denial for a *policy.DenyError or a
-// *budget.ExhaustedError in err's chain, else nil. The guard has already
-// recorded the event.
-func denialOf(err error, p *policy.Policy) *Denial {
-	var ee *budget.ExhaustedError
-	if errors.As(err, &ee) {
-		return &Denial{
-			Layer:   audit.LayerBudget,
-			Op:      "charge",
-			Target:  string(ee.Limit),
-			Rule:    string(ee.Limit),
-			Message: ee.Error(),
-			fix:     p.SuggestBudget(ee.Limit),
-		}
-	}
-	var de *policy.DenyError
-	if !errors.As(err, &de) {
-		return nil
-	}
-	d := &Denial{Op: de.Op, Target: de.Subject, Rule: de.Cap.String(), Message: de.Error(), Hint: de.Hint, fix: p.Suggest(de)}
-	switch de.Cap {
-	case policy.FSRead, policy.FSWrite:
-		d.Layer = audit.LayerFS
-	case policy.NetHosts:
-		d.Layer = audit.LayerNet
-	case policy.AllowedTools:
-		d.Layer = audit.LayerExec
-		d.Message += "; allowed: " + listOr(p.AllowedTools(), "none")
-	default:
-		d.Layer = audit.LayerKernel
-	}
-	return d
-}
-
-// operator returns the operator's advice for d when the server may give
+// operator returns the operator's advice for r when the server may give
 // it to the agent (Config.AgentAdvice), else nil.
-func (s *Server) operator(d *Denial) *Operator {
-	if !s.cfg.AgentAdvice || d.fix.IsZero() {
+func (s *Server) operator(r denial.Refusal) *api.Operator {
+	if !s.cfg.AgentAdvice {
 		return nil
 	}
-	return &Operator{Suggestions: []OperatorSuggestion{{Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Suggestion: d.fix.String(), Changes: d.fix.Changes}}}
+	return r.Operator()
 }
 
 // deniedResult is the tool result for a refusal: an error result whose
 // text says what was refused, what to do instead and, with
 // Config.AgentAdvice, which policy change would allow it.
-func (s *Server) deniedResult(d *Denial) *sdk.CallToolResult {
-	line := denialLine(*d)
-	if o := s.operator(d); o != nil {
+func (s *Server) deniedResult(r denial.Refusal) *sdk.CallToolResult {
+	line := denialLine(r.Denial)
+	if o := s.operator(r); o != nil {
 		line += "; to allow it (advice for the operator): " + o.Suggestions[0].Suggestion
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: line}}, IsError: true}
 }
 
 // denialLine describes d with its hint, never a policy change.
-func denialLine(d Denial) string {
+func denialLine(d api.Denial) string {
 	s := "denied " + strings.TrimSpace(d.Op+" "+d.Target) + " (" + d.Rule + "): " + d.Message
 	if d.Hint != "" {
 		s += "; " + d.Hint
@@ -158,7 +117,7 @@ func denialLine(d Denial) string {
 const textLimit = 8 << 10
 
 // summarize describes a report in a few lines for the model.
-func summarize(rep *Report) string {
+func summarize(rep *api.Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "exit code %d after %d ms", rep.ExitCode, rep.DurationMS)
 	if rep.Signal != nil {

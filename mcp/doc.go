@@ -28,8 +28,11 @@
 // past the budget, and, over HTTP, callers without the bearer token; and
 // from being told which grants to ask its operator for.
 //
-// It imports guard, policy/..., audit and the MCP SDK, and it is the only
-// package that imports the SDK. It must not import internal/enforce/...,
-// nor sandbox, which reaches it: cmd/airlock plugs sandbox.Session in
-// through the small Session interface (deps_test.go checks this).
+// Reports, denials and the operator's advice are package api's types, and
+// a refusal becomes a denial in internal/denial, as in the HTTP API. It
+// imports api, guard, policy/..., audit, internal/denial and the MCP SDK,
+// and it is the only package that imports the SDK. It never imports
+// internal/enforce (deps_test.go checks this): cmd/airlock plugs
+// *sandbox.Session in, as it is, through the small Session interface over
+// api types.
 package mcp

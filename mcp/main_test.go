@@ -3,8 +3,6 @@ package mcp
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -43,7 +41,7 @@ func newServer(t *testing.T, cfg Config, newSession NewSessionFunc) *Server {
 			if err != nil {
 				return nil, err
 			}
-			return realSession{s}, nil
+			return s, nil
 		}
 	}
 	s, err := New(cfg)
@@ -52,25 +50,6 @@ func newServer(t *testing.T, cfg Config, newSession NewSessionFunc) *Server {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-// realSession adapts *sandbox.Session to Session, as cmd/airlock does.
-type realSession struct{ *sandbox.Session }
-
-func (r realSession) Exec(ctx context.Context, req ExecRequest) (json.RawMessage, error) {
-	rep, err := r.Session.Exec(ctx, sandbox.ExecRequest{Args: req.Args, Dir: req.Dir, Stdin: req.Stdin, Timeout: req.Timeout})
-	if errors.Is(err, sandbox.ErrSessionClosed) {
-		return nil, fmt.Errorf("%w: %w", ErrSessionClosed, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rep)
-}
-
-func (r realSession) Info() SessionInfo {
-	i := r.Session.Info()
-	return SessionInfo{ID: i.ID, Workspace: i.Workspace, Execs: i.Execs, Usage: Usage(i.Usage)}
 }
 
 // connect links a client to s over in-memory transports. The returned

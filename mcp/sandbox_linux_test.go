@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -106,7 +107,7 @@ func TestSandboxDenials(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out struct {
-				Denied *Denial `json:"denied"`
+				Denied *api.Denial `json:"denied"`
 			}
 			res := call(t, cs, tt.tool, tt.args, &out)
 			if !res.IsError || out.Denied == nil {

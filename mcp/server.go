@@ -23,7 +23,7 @@ type Config struct {
 	Policy *policy.Policy
 
 	// NewSession starts the sandbox behind each MCP session. Required;
-	// cmd/airlock passes an adapter around sandbox.NewSession, giving it
+	// cmd/airlock passes a closure around sandbox.NewSession, giving it
 	// the same Audit sink.
 	NewSession NewSessionFunc
 
@@ -164,7 +164,8 @@ type nopWriteCloser struct{ io.Writer }
 func (nopWriteCloser) Close() error { return nil }
 
 // Handler returns the streamable HTTP transport for this server. It does
-// no authentication: wrap it with BearerAuth. Each MCP client session gets
+// no authentication: airlock mcp wraps it with a bearer-token check
+// (internal/httpauth). Each MCP client session gets
 // its own sandbox, closed when the client ends the session or it stays
 // idle for Config.IdleTimeout.
 func (s *Server) Handler() http.Handler {

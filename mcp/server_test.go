@@ -2,7 +2,6 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
@@ -28,19 +28,19 @@ type fakeSession struct {
 	ws string
 
 	mu     sync.Mutex
-	reqs   []ExecRequest // guarded by mu
-	code   []string      // content of the code file, if any; guarded by mu
-	closed bool          // guarded by mu
-	done   chan struct{} // closed by Close
-	rep    Report        // what Exec returns; guarded by mu
-	err    error         // what Exec returns; guarded by mu
+	reqs   []api.ExecRequest // guarded by mu
+	code   []string          // content of the code file, if any; guarded by mu
+	closed bool              // guarded by mu
+	done   chan struct{}     // closed by Close
+	rep    api.Report        // what Exec returns; guarded by mu
+	err    error             // what Exec returns; guarded by mu
 }
 
-func (f *fakeSession) ID() string          { return "fake" }
-func (f *fakeSession) Guard() *guard.Guard { return f.g }
-func (f *fakeSession) Info() SessionInfo   { return SessionInfo{ID: "fake", Workspace: f.ws} }
+func (f *fakeSession) ID() string            { return "fake" }
+func (f *fakeSession) Guard() *guard.Guard   { return f.g }
+func (f *fakeSession) Info() api.SessionInfo { return api.SessionInfo{ID: "fake", Workspace: f.ws} }
 
-func (f *fakeSession) Exec(ctx context.Context, req ExecRequest) (json.RawMessage, error) {
+func (f *fakeSession) Exec(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reqs = append(f.reqs, req)
@@ -51,7 +51,8 @@ func (f *fakeSession) Exec(ctx context.Context, req ExecRequest) (json.RawMessag
 	if f.err != nil {
 		return nil, f.err
 	}
-	return json.Marshal(f.rep)
+	rep := f.rep
+	return &rep, nil
 }
 
 func (f *fakeSession) Close() error {
@@ -68,7 +69,7 @@ func (f *fakeSession) Close() error {
 type fakes struct {
 	mu   sync.Mutex
 	made []*fakeSession // guarded by mu
-	rep  Report
+	rep  api.Report
 	err  error
 }
 
@@ -279,7 +280,7 @@ func testRunDeniedTool(t *testing.T, advice bool) {
 
 func TestRunRequest(t *testing.T) {
 	ws := t.TempDir()
-	fk := &fakes{rep: Report{ExitCode: 3, Stdout: "out\n", Stderr: "err\n"}}
+	fk := &fakes{rep: api.Report{ExitCode: 3, Stdout: "out\n", Stderr: "err\n"}}
 	p := mustPolicy(t, policy.Spec{FSWrite: []string{ws}, AllowedTools: []string{"/usr/bin/python3", "sh"}})
 	s := newServer(t, Config{Policy: p, Dir: "/tmp"}, fk.new)
 	cs, closeAndWait := connect(t, s)
@@ -336,9 +337,9 @@ func TestRunExecErrors(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"session-ended", fmt.Errorf("%w: deadline", ErrSessionClosed), "the sandbox session has ended"},
+		{"session-ended", fmt.Errorf("%w: deadline", api.ErrSessionClosed), "the sandbox session has ended"},
 		{"internal", errors.New("clone: /secret/host/path: EPERM"), "internal error in airlock"},
-		{"budget", &budget.ExhaustedError{Limit: budget.MaxOps}, "denied charge max_ops (max_ops)"},
+		{"budget", &budget.ExhaustedError{Limit: budget.MaxOps}, "denied exec sh (max_ops): max_ops exhausted"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +15,9 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/denial"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -41,8 +43,8 @@ type runPlan struct {
 }
 
 // plan validates in and chooses the command line. A refused interpreter or
-// command is a *Denial; bad arguments are an error.
-func (s *Server) plan(in RunInput) (runPlan, *Denial, error) {
+// command is a refusal; bad arguments are an error.
+func (s *Server) plan(in RunInput) (runPlan, *denial.Refusal, error) {
 	if in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxTimeout.Seconds() {
 		return runPlan{}, nil, fmt.Errorf("run: timeout_seconds %v is out of range: give a number of seconds between 0 and %v", in.TimeoutSeconds, maxTimeout.Seconds())
 	}
@@ -54,7 +56,8 @@ func (s *Server) plan(in RunInput) (runPlan, *Denial, error) {
 			return runPlan{}, nil, errors.New("run: command[0] is empty: name an allowed tool, e.g. [\"python3\", \"job.py\"]")
 		}
 		if !mayRun(s.cfg.Policy.AllowedTools(), in.Command[0]) {
-			return runPlan{}, s.toolDenial(in.Command[0]), nil
+			r := s.toolDenial(in.Command[0])
+			return runPlan{}, &r, nil
 		}
 		return runPlan{argv: in.Command}, nil, nil
 	case in.Code == "":
@@ -68,7 +71,8 @@ func (s *Server) plan(in RunInput) (runPlan, *Denial, error) {
 	}
 	tool, ok := lang.interpreter(s.cfg.Policy.AllowedTools())
 	if !ok {
-		return runPlan{}, s.toolDenial(lang.interpreters[0]), nil
+		r := s.toolDenial(lang.interpreters[0])
+		return runPlan{}, &r, nil
 	}
 	if lang.ext == "" {
 		return runPlan{argv: []string{tool, "-c", in.Code}}, nil, nil
@@ -77,23 +81,23 @@ func (s *Server) plan(in RunInput) (runPlan, *Denial, error) {
 }
 
 func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput) (*sdk.CallToolResult, RunOutput, error) {
-	pl, d, err := s.plan(in)
+	pl, r, err := s.plan(in)
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
-	if d != nil {
-		s.emitDenial(d)
-		return s.runDenied(d)
+	if r != nil {
+		s.emitDenial(*r)
+		return s.runDenied(*r)
 	}
 	sess, err := s.sandboxFor(req.Session)
 	if err != nil {
 		return nil, RunOutput{}, err
 	}
 	if pl.code != "" {
-		file, d, err := s.writeCode(sess, pl.code, pl.ext)
-		if err != nil || d != nil {
-			if d != nil {
-				return s.runDenied(d)
+		file, r, err := s.writeCode(sess, pl.code, pl.ext)
+		if err != nil || r != nil {
+			if r != nil {
+				return s.runDenied(*r)
 			}
 			return nil, RunOutput{}, err
 		}
@@ -110,35 +114,32 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 			}()
 		}
 	}
-	er := ExecRequest{Args: pl.argv, Dir: s.cfg.Dir, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
+	er := api.ExecRequest{Args: pl.argv, Dir: s.cfg.Dir, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
 	if in.Stdin != "" {
 		er.Stdin = strings.NewReader(in.Stdin)
 	}
-	raw, err := sess.Exec(ctx, er)
+	got, err := sess.Exec(ctx, er)
 	if err != nil {
-		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return s.runDenied(d)
+		if r, ok := denial.Of(err, "exec", pl.argv[0], s.cfg.Policy); ok {
+			return s.runDenied(r)
 		}
 		return nil, RunOutput{}, s.public("run", err)
 	}
-	rep := new(Report)
-	if err := json.Unmarshal(raw, rep); err != nil {
-		return nil, RunOutput{}, s.public("run", fmt.Errorf("airlock bug: decode report: %w", err))
+	if got == nil {
+		return nil, RunOutput{}, s.public("run", errors.New("airlock bug: exec returned neither a report nor an error"))
 	}
+	rep := *got // a copy: the session's report stays as it was
 	if rep.Denials == nil {
-		rep.Denials = []Denial{}
-	}
-	if rep.DenialCounts.ByLayer == nil {
-		rep.DenialCounts.ByLayer = map[string]int64{}
+		rep.Denials = []api.Denial{}
 	}
 	if !s.cfg.AgentAdvice {
 		rep.Operator = nil // the operator's, not the agent's: see Config.AgentAdvice
 	}
 	res := &sdk.CallToolResult{
-		Content: []sdk.Content{&sdk.TextContent{Text: summarize(rep)}},
+		Content: []sdk.Content{&sdk.TextContent{Text: summarize(&rep)}},
 		IsError: rep.ExitCode != 0,
 	}
-	out := RunOutput{Report: *rep}
+	out := RunOutput{Report: rep}
 	if rep.ExitCode == 127 {
 		for _, d := range rep.Denials {
 			if d.Rule == policy.AllowedTools.String() {
@@ -164,23 +165,24 @@ func mayRun(allowed []string, name string) bool {
 }
 
 // runDenied is the result of a run refused before anything started: exit
-// code 127 like the CLI's "not an allowed tool".
-func (s *Server) runDenied(d *Denial) (*sdk.CallToolResult, RunOutput, error) {
+// code 127 like the CLI's "not an allowed tool", or 124 for a budget.
+func (s *Server) runDenied(r denial.Refusal) (*sdk.CallToolResult, RunOutput, error) {
+	d := r.Denial
 	halted := (*string)(nil)
 	code := 127
-	if d.Layer == "budget" {
+	if d.Layer == audit.LayerBudget {
 		code, halted = 124, &d.Rule
 	}
-	item := *d
+	item := d
 	item.Count = 1
-	counts := DenialCounts{Total: 1, ByLayer: map[string]int64{d.Layer: 1}}
-	out := RunOutput{Report: Report{ExitCode: code, HaltedBy: halted, Denials: []Denial{item}, DenialCounts: counts, Error: d.Message, Operator: s.operator(d)}, Denied: d}
-	return s.deniedResult(d), out, nil
+	counts := api.DenialCounts{Total: 1, ByLayer: map[string]int64{d.Layer: 1}}
+	out := RunOutput{Report: api.Report{ExitCode: code, HaltedBy: halted, Denials: []api.Denial{item}, DenialCounts: counts, Error: d.Message, Operator: s.operator(r)}, Denied: &d}
+	return s.deniedResult(r), out, nil
 }
 
 // writeCode writes code to a fresh file in the session's workspace and
 // returns its path, or "" when the session has no workspace.
-func (s *Server) writeCode(sess Session, code, ext string) (string, *Denial, error) {
+func (s *Server) writeCode(sess Session, code, ext string) (string, *denial.Refusal, error) {
 	ws := sess.Info().Workspace
 	if ws == "" {
 		return "", nil, nil
@@ -191,8 +193,8 @@ func (s *Server) writeCode(sess Session, code, ext string) (string, *Denial, err
 	}
 	file := strings.TrimSuffix(ws, "/") + "/.airlock-run-" + hex.EncodeToString(b[:]) + ext
 	if err := sess.Guard().Write(file, []byte(code)); err != nil {
-		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return "", d, nil
+		if r, ok := denial.Of(err, "write", file, s.cfg.Policy); ok {
+			return "", &r, nil
 		}
 		return "", nil, s.public("run", err)
 	}
@@ -209,8 +211,8 @@ func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in Read
 	}
 	data, err := sess.Guard().Read(in.Path)
 	if err != nil {
-		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return s.deniedResult(d), ReadFileOutput{Denied: d, Operator: s.operator(d)}, nil
+		if r, ok := denial.Of(err, "read", in.Path, s.cfg.Policy); ok {
+			return s.deniedResult(r), ReadFileOutput{Denied: &r.Denial, Operator: s.operator(r)}, nil
 		}
 		return nil, ReadFileOutput{}, s.fileError("read_file", err)
 	}
@@ -243,8 +245,8 @@ func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in Wri
 		return nil, WriteFileOutput{}, err
 	}
 	if err := sess.Guard().Write(in.Path, data); err != nil {
-		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return s.deniedResult(d), WriteFileOutput{Denied: d, Operator: s.operator(d)}, nil
+		if r, ok := denial.Of(err, "write", in.Path, s.cfg.Policy); ok {
+			return s.deniedResult(r), WriteFileOutput{Denied: &r.Denial, Operator: s.operator(r)}, nil
 		}
 		return nil, WriteFileOutput{}, s.fileError("write_file", err)
 	}
@@ -264,8 +266,8 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in Lis
 	}
 	entries, err := sess.Guard().List(dir)
 	if err != nil {
-		if d := denialOf(err, s.cfg.Policy); d != nil {
-			return s.deniedResult(d), ListFilesOutput{Denied: d, Operator: s.operator(d)}, nil
+		if r, ok := denial.Of(err, "list", dir, s.cfg.Policy); ok {
+			return s.deniedResult(r), ListFilesOutput{Denied: &r.Denial, Operator: s.operator(r)}, nil
 		}
 		return nil, ListFilesOutput{}, s.fileError("list_files", err)
 	}
@@ -317,7 +319,7 @@ func (s *Server) fileError(tool string, err error) error {
 
 // public logs err and returns the message the model may see.
 func (s *Server) public(tool string, err error) error {
-	if errors.Is(err, ErrSessionClosed) {
+	if errors.Is(err, api.ErrSessionClosed) {
 		return fmt.Errorf("%s: the sandbox session has ended (its deadline passed or it was closed); start a new MCP session to get a fresh sandbox", tool)
 	}
 	s.log.Error("mcp: tool failed", "tool", tool, "error", err)

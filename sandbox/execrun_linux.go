@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/denial"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
@@ -133,14 +134,11 @@ func (e *execRun) exitStatus(m nsinit.Message, argv0 string) {
 // with the denial recorded when err is a *policy.DenyError.
 func refusal(sink audit.Sink, p *policy.Policy, code int, err error) *Report {
 	rep := &Report{ExitCode: code, Error: err.Error(), Denials: []Denial{}}
-	var de *policy.DenyError
-	if errors.As(err, &de) && sink != nil {
-		ev := audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerExec, Op: de.Op, Target: de.Subject, Rule: de.Cap.String(),
-			Message: de.Error(), Hint: de.Hint}
-		if p != nil {
-			ev.Suggestion = p.Suggest(de).String()
-		}
-		sink.Emit(ev)
+	if !errors.As(err, new(*policy.DenyError)) || sink == nil || p == nil {
+		return rep
+	}
+	if r, ok := denial.Of(err, "exec", "", p); ok {
+		sink.Emit(r.Event(time.Now()))
 	}
 	return rep
 }

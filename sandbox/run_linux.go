@@ -45,7 +45,7 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 	refuse := func(code int, err error) (*Report, error) {
 		rep := refusal(sink, c.Policy, code, err)
 		rep.DurationMS = time.Since(start).Milliseconds()
-		rep.setDenials(rec.Take())
+		setDenials(rep, rec.Take())
 		return rep, nil
 	}
 	if c.Policy == nil {
@@ -92,7 +92,7 @@ func (b *box) finishRun(rep *Report, start time.Time) {
 		haltReport(rep, b.sink, b.cfg.Policy, h, b.haltMessage(), "")
 	}
 	rep.DurationMS = time.Since(start).Milliseconds()
-	rep.setDenials(b.rec.Take())
+	setDenials(rep, b.rec.Take())
 }
 
 // haltReport marks rep as halted by h (exit 124) and records the halt with
@@ -111,7 +111,7 @@ func haltReport(rep *Report, sink audit.Sink, p *policy.Policy, h budget.Limit, 
 		ev.Suggestion = p.SuggestBudget(h).String()
 	}
 	sink.Emit(ev)
-	rep.addSuggestion(ev)
+	addSuggestion(rep, ev)
 }
 
 // backendFor picks the backend of cfg.Isolation.

@@ -15,9 +15,6 @@ import (
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
-// ErrSessionClosed is returned by Exec after the session ended.
-var ErrSessionClosed = errors.New("sandbox: session closed")
-
 // Session is a long-lived sandbox: one policy, one sandbox kept alive
 // between execs, one budget. Each Exec runs a command inside it with the
 // same restrictions; background processes survive between execs and die
@@ -110,7 +107,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 	// asynchronously: a denial in an exec's last instant may appear in the
 	// next exec's report.
 	b.fs.emit(b, false)
-	rep.setDenials(b.rec.Take())
+	setDenials(rep, b.rec.Take())
 	rep.DurationMS = time.Since(start).Milliseconds()
 	// The exec's own usage: the ops charged while it ran (its own and its
 	// background's); CPU and peak memory are its process tree's (wait4),

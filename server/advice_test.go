@@ -7,9 +7,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -21,14 +21,19 @@ const reportWithAdvice = `{"exit_code":0,"stdout":"x","denials":[{"layer":"net",
 	`"operator":{"suggestions":[{"layer":"net","op":"connect","target":"evil.test:8000","rule":"net_hosts","suggestion":"add \"evil.test:8000\" to net_hosts","changes":[{"action":"add","key":"net_hosts","value":"evil.test:8000"}]}]},"error":"e"}`
 
 // TestExecOperatorAdvice: the exec report reaches the client without its
-// operator field, streamed or not, the other fields unchanged and in order;
-// with AgentAdvice it is kept.
+// operator field, streamed or not, every other field as the sandbox made
+// it; with AgentAdvice it is kept. The session's own report is not changed.
 func TestExecOperatorAdvice(t *testing.T) {
 	for _, advice := range []bool{false, true} {
 		for _, stream := range []bool{false, true} {
 			e := newEnv(t, server.Config{AgentAdvice: advice})
-			e.exec = func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
-				return json.RawMessage(reportWithAdvice), nil
+			var made *api.Report
+			e.exec = func(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
+				made = new(api.Report)
+				if err := json.Unmarshal([]byte(reportWithAdvice), made); err != nil {
+					t.Fatal(err)
+				}
+				return made, nil
 			}
 			id := e.create(tokA, wsPolicy(t.TempDir()))
 			path := "/v1/sessions/" + id + "/exec"
@@ -52,32 +57,23 @@ func TestExecOperatorAdvice(t *testing.T) {
 			if err := json.Unmarshal(line, &out); err != nil {
 				t.Fatalf("exec body %s: %v", body, err)
 			}
-			want := reportWithAdvice
+			if made.Operator == nil {
+				t.Fatalf("exec (advice %v, stream %v): the server removed the advice from the session's own report", advice, stream)
+			}
+			want := *made
 			if !advice {
-				i := strings.Index(want, `,"operator":`)
-				j := strings.Index(want, `,"error":`)
-				want = want[:i] + want[j:]
+				want.Operator = nil
 			}
-			if string(out.Report) != want {
-				t.Errorf("exec report (advice %v, stream %v) =\n%s\nwant\n%s", advice, stream, out.Report, want)
+			wantJSON, err := json.Marshal(&want)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-}
-
-// TestExecReportNotAnObject: a report the server cannot read is never
-// passed on (it might carry the advice): the client gets a 500.
-func TestExecReportNotAnObject(t *testing.T) {
-	for _, bad := range []string{`[1]`, `{"operator":1} {}`, `{"a":}`, `"x"`} {
-		e := newEnv(t, server.Config{})
-		e.exec = func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
-			return json.RawMessage(bad), nil
-		}
-		id := e.create(tokA, wsPolicy(t.TempDir()))
-		resp, body := e.do("POST", "/v1/sessions/"+id+"/exec", tokA, `{"args":["sh"]}`)
-		e.wantError(resp, body, 500, "internal")
-		if bytes.Contains(body, []byte("operator")) {
-			t.Errorf("report %s: the 500 echoes it: %s", bad, body)
+			if string(out.Report) != string(wantJSON) {
+				t.Errorf("exec report (advice %v, stream %v) =\n%s\nwant\n%s", advice, stream, out.Report, wantJSON)
+			}
+			if got := bytes.Contains(out.Report, []byte(`"operator"`)); got != advice {
+				t.Errorf("exec report (advice %v, stream %v) has operator = %v: %s", advice, stream, got, out.Report)
+			}
 		}
 	}
 }

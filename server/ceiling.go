@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -14,13 +15,6 @@ import (
 // network, the server's own environment). The operator's ceiling bounds
 // every session policy; without one, an inline policy may grant only the
 // private workspace the server makes for the session.
-
-// excess is one grant of a refused policy, as the API shows it.
-type excess struct {
-	Key    string `json:"key"`
-	Entry  string `json:"entry"`
-	Reason string `json:"reason"`
-}
 
 // maxListed bounds how many grants a refusal's message names; the
 // "exceeds" list always holds all of them.
@@ -40,7 +34,7 @@ func (s *Server) ceilingFor(owner int) *policy.Policy {
 // inline or named, must lie within it. Without one, a named policy (the
 // operator wrote it) is used as it is, and an inline one must lie within
 // noCeiling.
-func (s *Server) admit(p *policy.Policy, named bool, owner int) (*policy.Policy, *apiError) {
+func (s *Server) admit(p *policy.Policy, named bool, owner int) (*policy.Policy, *api.Error) {
 	ceiling := s.ceilingFor(owner)
 	switch {
 	case ceiling != nil:
@@ -81,21 +75,21 @@ func noCeiling(p *policy.Policy) (*policy.Policy, error) {
 // exceeds turns a *policy.CeilingError into the public 403. Every entry in
 // it is one of the tenant's own grants (canonical); the reasons never quote
 // the ceiling's grants.
-func (s *Server) exceeds(err error, owner int, hasCeiling bool) *apiError {
+func (s *Server) exceeds(err error, owner int, hasCeiling bool) *api.Error {
 	var ce *policy.CeilingError
 	if !errors.As(err, &ce) {
 		s.log.Error("airlock bug: ceiling check returned an unexpected error", "err", err)
 		return errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
 	}
 	s.log.Info("session refused: policy exceeds the ceiling", "owner", owner, "ceiling", hasCeiling, "grants", len(ce.Excess), "err", err)
-	e := &apiError{Status: http.StatusForbidden, Code: "exceeds_ceiling"}
+	e := &api.Error{Status: http.StatusForbidden, Code: "exceeds_ceiling"}
 	var named []string
 	for i, x := range ce.Excess {
 		reason := x.Reason
 		if !hasCeiling {
 			reason = noCeilingReason(x)
 		}
-		e.Exceeds = append(e.Exceeds, excess{Key: x.Key, Entry: x.Entry, Reason: reason})
+		e.Exceeds = append(e.Exceeds, api.Excess{Key: x.Key, Entry: x.Entry, Reason: reason})
 		if i < maxListed {
 			named = append(named, x.Key+" "+strconv.Quote(x.Entry))
 		}

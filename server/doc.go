@@ -28,8 +28,10 @@
 // the policy and is the operator's, so reports and 403s carry it (their
 // "operator" field) only with Config.AgentAdvice.
 //
-// It imports policy/..., guard, audit and the standard library. It must not import
-// internal/enforce (checked by deps_test.go), nor sandbox, which reaches
-// internal/enforce: the sandbox is plugged in through Config.NewSession and
-// the small Session interface, which cmd/airlock fills with sandbox.Session.
+// Its wire types (reports, sessions, exec bodies, errors) are package api's,
+// and so is the OpenAPI document it serves. It imports api, policy/...,
+// guard, audit, internal/denial and the standard library, and never
+// internal/enforce (checked by deps_test.go): the sandbox is plugged in
+// through Config.NewSession and the small Session interface over api
+// types, which *sandbox.Session satisfies as it is.
 package server

@@ -10,15 +10,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
 func TestExec(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	var got server.ExecRequest
-	e.exec = func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+	var got api.ExecRequest
+	e.exec = func(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 		got = req
-		return json.RawMessage(`{"exit_code":3,"stdout":"hi\n"}`), nil
+		return &api.Report{ExitCode: 3, Stdout: "hi\n"}, nil
 	}
 	id := e.create(tokA, wsPolicy(t.TempDir()))
 	resp, body := e.do("POST", "/v1/sessions/"+id+"/exec", tokA, `{"args":["sh","-c","echo hi"],"dir":"/tmp","env":["A=1"],"stdin":"in","timeout":"5s"}`)
@@ -47,13 +48,13 @@ func TestExec(t *testing.T) {
 // across writes stay whole, and the report comes last.
 func TestExecStream(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	e.exec = func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+	e.exec = func(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 		io.WriteString(req.Stdout, "line 1\n")
 		io.WriteString(req.Stderr, "oops\n")
 		req.Stdout.Write([]byte("caf\xc3")) // "é" split across two writes
 		req.Stdout.Write([]byte("\xa9\n"))
 		req.Stdout.Write([]byte("end\xe2\x82")) // an incomplete "€" at the end
-		return json.RawMessage(`{"exit_code":0}`), nil
+		return &api.Report{ExitCode: 7}, nil
 	}
 	id := e.create(tokA, wsPolicy(t.TempDir()))
 	resp, body := e.do("POST", "/v1/sessions/"+id+"/exec?stream=1", tokA, `{"args":["sh"]}`)
@@ -90,8 +91,12 @@ func TestExecStream(t *testing.T) {
 			t.Errorf("event %d = %+v, want %+v", i, events[i], w)
 		}
 	}
-	if last := events[len(events)-1]; string(last.Report) != `{"exit_code":0}` {
-		t.Errorf("last line report = %s, want the report", last.Report)
+	want7, err := json.Marshal(&api.Report{ExitCode: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := events[len(events)-1]; string(last.Report) != string(want7) {
+		t.Errorf("last line report = %s, want the report %s", last.Report, want7)
 	}
 }
 
@@ -100,9 +105,9 @@ func TestExecStream(t *testing.T) {
 func TestExecStreamSessionEnds(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	var f *fakeSession
-	e.exec = func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+	e.exec = func(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 		io.WriteString(req.Stdout, "partial")
-		return nil, server.ErrSessionClosed
+		return nil, api.ErrSessionClosed
 	}
 	id := e.create(tokA, wsPolicy(t.TempDir()))
 	f = e.fake(id)
@@ -122,7 +127,7 @@ func TestExecStreamSessionEnds(t *testing.T) {
 // leaves the session alive.
 func TestExecMisuse(t *testing.T) {
 	e := newEnv(t, server.Config{})
-	e.exec = func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+	e.exec = func(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 		return nil, io.ErrShortWrite
 	}
 	id := e.create(tokA, wsPolicy(t.TempDir()))

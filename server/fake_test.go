@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -37,7 +38,7 @@ type fakeSession struct {
 	g         *guard.Guard
 	workspace string
 	created   time.Time
-	exec      func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error)
+	exec      func(ctx context.Context, req api.ExecRequest) (*api.Report, error)
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -49,18 +50,18 @@ func (f *fakeSession) Done() <-chan struct{} {
 	return f.done
 }
 
-func (f *fakeSession) Info() server.Info {
-	return server.Info{ID: f.id, Created: f.created, Deadline: f.created.Add(time.Hour), Workspace: f.workspace}
+func (f *fakeSession) Info() api.SessionInfo {
+	return api.SessionInfo{ID: f.id, Created: f.created, Deadline: f.created.Add(time.Hour), Workspace: f.workspace}
 }
 
-func (f *fakeSession) Exec(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+func (f *fakeSession) Exec(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 	select {
 	case <-f.done:
-		return nil, server.ErrSessionClosed
+		return nil, api.ErrSessionClosed
 	default:
 	}
 	if f.exec == nil {
-		return json.RawMessage(`{"exit_code":0}`), nil
+		return &api.Report{}, nil
 	}
 	return f.exec(ctx, req)
 }
@@ -89,7 +90,7 @@ type env struct {
 
 	mu    sync.Mutex
 	fakes map[string]*fakeSession
-	exec  func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error)
+	exec  func(ctx context.Context, req api.ExecRequest) (*api.Report, error)
 	start server.NewSessionFunc // replaces newSession when set
 }
 
@@ -222,22 +223,8 @@ func (e *env) do(method, path, token string, body any) (*http.Response, []byte) 
 	return resp, data
 }
 
-// apiErr is the error body.
-type apiErr struct {
-	Error struct {
-		Code     string `json:"code"`
-		Message  string `json:"message"`
-		Denial   *struct{ Layer, Op, Target, Rule, Message, Hint string }
-		Operator *struct {
-			Suggestions []struct{ Layer, Op, Target, Rule, Suggestion string }
-		}
-		Problems []struct {
-			Line, Col int
-			Message   string
-		}
-		Exceeds []struct{ Key, Entry, Reason string }
-	} `json:"error"`
-}
+// apiErr is the error body, as clients decode it.
+type apiErr = api.ErrorBody
 
 // wantError checks status, JSON content type and code.
 func (e *env) wantError(resp *http.Response, body []byte, status int, code string) apiErr {
@@ -249,8 +236,9 @@ func (e *env) wantError(resp *http.Response, body []byte, status int, code strin
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		e.t.Errorf("%s %s: Content-Type = %q, want application/json", resp.Request.Method, resp.Request.URL.Path, ct)
 	}
-	if err := json.Unmarshal(body, &ae); err != nil {
+	if err := json.Unmarshal(body, &ae); err != nil || ae.Error == nil {
 		e.t.Errorf("%s %s: body %q is not a JSON error: %v", resp.Request.Method, resp.Request.URL.Path, body, err)
+		ae.Error = &api.Error{}
 	}
 	if ae.Error.Code != code || ae.Error.Message == "" {
 		e.t.Errorf("%s %s: error = %+v, want code %q and a message", resp.Request.Method, resp.Request.URL.Path, ae.Error, code)

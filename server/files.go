@@ -10,24 +10,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/guard"
 )
 
 // fileTimeout bounds reading an upload and writing a download.
 const fileTimeout = 10 * time.Minute
 
-// entryJSON is one directory entry of a listing.
-type entryJSON struct {
-	Name string `json:"name"`
-	Type string `json:"type"` // "file", "dir", "symlink" or "other"
-	Size int64  `json:"size"`
-	Mode string `json:"mode"` // permission bits in octal, e.g. "0644"
-}
-
 // resolve makes the client's path absolute: relative paths are taken
 // against the session's workspace. It does not clean the path; the guard
 // canonicalizes it and refuses what leaves the grants.
-func (e *entry) resolve(p string) (string, *apiError) {
+func (e *entry) resolve(p string) (string, *api.Error) {
 	switch {
 	case p == "":
 		return "", errorf(http.StatusBadRequest, "bad_path", "no file path: put it after /files/")
@@ -57,7 +50,7 @@ func (s *Server) fileOp(w http.ResponseWriter, r *http.Request, owner int, op, p
 	if err == nil {
 		return true
 	}
-	if ae, ok := err.(*apiError); ok {
+	if ae, ok := err.(*api.Error); ok {
 		writeError(w, ae)
 		return false
 	}
@@ -139,15 +132,15 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, owner int) {
 	if dir == "" {
 		dir = "."
 	}
-	var out []entryJSON
+	var out []api.Entry
 	ok := s.fileOp(w, r, owner, "list", dir, func(g *guard.Guard, abs string) error {
 		entries, err := g.List(abs)
 		if err != nil {
 			return err
 		}
-		out = make([]entryJSON, 0, len(entries))
+		out = make([]api.Entry, 0, len(entries))
 		for _, en := range entries {
-			out = append(out, entryJSON{Name: en.Name, Type: entryType(en.Mode), Size: en.Size, Mode: fmt.Sprintf("%04o", en.Mode.Perm())})
+			out = append(out, api.Entry{Name: en.Name, Type: entryType(en.Mode), Size: en.Size, Mode: fmt.Sprintf("%04o", en.Mode.Perm())})
 		}
 		return nil
 	})

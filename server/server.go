@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/httpauth"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -24,18 +23,17 @@ const (
 	DefaultIdle        = 10 * time.Minute
 	DefaultMaxUpload   = 32 << 20
 	DefaultMaxJSON     = 1 << 20
-
-	minTokenLen = 16
 )
 
 // Config describes one API server. The zero Config is not usable: New
 // needs NewSession and either Tokens or InsecureNoAuth.
 type Config struct {
 	// NewSession starts the sandbox behind each session. Required;
-	// cmd/airlock passes an adapter around sandbox.NewSession.
+	// cmd/airlock passes a closure around sandbox.NewSession.
 	NewSession NewSessionFunc
 
-	// Tokens are the bearer tokens accepted, at least 16 characters each.
+	// Tokens are the bearer tokens accepted, at least
+	// httpauth.MinTokenLen (16) characters each, without white space.
 	// Each token owns the sessions it creates. Empty is allowed only with
 	// InsecureNoAuth.
 	Tokens []string
@@ -111,7 +109,7 @@ type Config struct {
 // Server serves the API. It is safe for concurrent use.
 type Server struct {
 	cfg       Config
-	tokenSums [][sha256.Size]byte
+	tokens    *httpauth.Tokens
 	log       *slog.Logger
 	clock     budget.Clock
 	mux       *http.ServeMux
@@ -145,13 +143,11 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.TokenCeilings) > len(cfg.Tokens) {
 		return nil, fmt.Errorf("server: new: %d token ceilings for %d tokens: give at most one ceiling per token", len(cfg.TokenCeilings), len(cfg.Tokens))
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, sessions: map[string]*entry{}, owned: map[int]int{}}
-	for i, t := range cfg.Tokens {
-		if len(t) < minTokenLen || strings.ContainsAny(t, " \t\r\n") {
-			return nil, fmt.Errorf("server: new: token %d has %d characters or contains spaces: use at least %d random characters without spaces", i+1, len(t), minTokenLen)
-		}
-		s.tokenSums = append(s.tokenSums, sha256.Sum256([]byte(t)))
+	tokens, err := httpauth.NewTokens(cfg.Tokens)
+	if err != nil {
+		return nil, fmt.Errorf("server: new: %w", err)
 	}
+	s := &Server{cfg: cfg, tokens: tokens, log: cfg.Logger, clock: cfg.Clock, sessions: map[string]*entry{}, owned: map[int]int{}}
 	if s.cfg.MaxSessions == 0 {
 		s.cfg.MaxSessions = DefaultMaxSessions
 	}
@@ -213,8 +209,10 @@ func (s *Server) routes() {
 				allow = append(allow, "HEAD")
 			}
 		}
-		e := &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "use " + strings.Join(allow, ", ") + " on this path", allow: strings.Join(allow, ", ")}
-		s.mux.HandleFunc(p.path, func(w http.ResponseWriter, r *http.Request) { writeError(w, e) })
+		methods := strings.Join(allow, ", ")
+		s.mux.HandleFunc(p.path, func(w http.ResponseWriter, r *http.Request) {
+			methodNotAllowed(w, methods, "use "+methods+" on this path")
+		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(http.StatusNotFound, "not_found", "no such endpoint: see GET /v1/openapi.yaml"))
@@ -230,7 +228,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.SetPathValue("path", fp)
 		h := map[string]ownerHandler{"PUT": s.uploadFile, "GET": s.downloadFile, "HEAD": s.downloadFile, "DELETE": s.deleteFile}[r.Method]
 		if h == nil {
-			writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: "use PUT, GET or DELETE on a file", allow: "PUT, GET, HEAD, DELETE"})
+			methodNotAllowed(w, "PUT, GET, HEAD, DELETE", "use PUT, GET or DELETE on a file")
 			return
 		}
 		s.authed(h)(w, r)
@@ -293,32 +291,20 @@ func (s *Server) authed(h ownerHandler) http.HandlerFunc {
 	}
 }
 
-// authenticate returns the index of the token r carries. It hashes the
-// presented token and compares it with every configured token's hash using
-// crypto/subtle, so neither the length nor the content of a token, nor
-// which token matched, changes how long the check takes.
+// authenticate returns the index of the token r carries (httpauth checks
+// it in constant time), or 0 for every request of a server without tokens.
 func (s *Server) authenticate(r *http.Request) (owner int, ok bool) {
-	if s.cfg.InsecureNoAuth && len(s.tokenSums) == 0 {
+	if s.cfg.InsecureNoAuth && s.tokens.Len() == 0 {
 		return 0, true
 	}
-	scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	sum := sha256.Sum256([]byte(tok))
-	owner = -1
-	for i := range s.tokenSums {
-		eq := subtle.ConstantTimeCompare(sum[:], s.tokenSums[i][:])
-		owner = subtle.ConstantTimeSelect(eq, i, owner)
-	}
-	if !strings.EqualFold(scheme, "Bearer") || tok == "" {
-		return -1, false
-	}
-	return owner, owner >= 0
+	return s.tokens.Match(r)
 }
 
 // Serve accepts connections on l until Shutdown. It refuses to serve
 // without tokens on a listener that is not loopback. It returns
 // http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	if len(s.tokenSums) == 0 && !isLoopback(l.Addr()) {
+	if s.tokens.Len() == 0 && !httpauth.IsLoopback(l.Addr().String()) {
 		return fmt.Errorf("server: serve: no token and %s is not a loopback address: give a token, or listen on 127.0.0.1 or [::1]", l.Addr())
 	}
 	hs := &http.Server{
@@ -341,14 +327,8 @@ func (s *Server) Serve(l net.Listener) error {
 	s.httpSrv = hs
 	s.mu.Unlock()
 	go s.reapIdle()
-	s.log.Info("serving", "addr", l.Addr().String(), "auth", len(s.tokenSums) > 0)
+	s.log.Info("serving", "addr", l.Addr().String(), "auth", s.tokens.Len() > 0)
 	return hs.Serve(l)
-}
-
-// isLoopback reports whether addr is a TCP address on a loopback IP.
-func isLoopback(addr net.Addr) bool {
-	ta, ok := addr.(*net.TCPAddr)
-	return ok && ta.IP.IsLoopback()
 }
 
 // reapIdle ends idle sessions until the server shuts down. It ticks on the

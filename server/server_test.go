@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/server"
 )
@@ -73,8 +74,8 @@ func TestAuthOpenEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 200 || !bytes.Equal(body, want) {
-		t.Errorf("GET /v1/openapi.yaml = %d, %d bytes; want 200 and api/openapi.yaml (%d bytes): copy api/openapi.yaml to server/openapi.yaml", resp.StatusCode, len(body), len(want))
+	if resp.StatusCode != 200 || !bytes.Equal(body, want) || resp.Header.Get("Content-Type") != "application/yaml" {
+		t.Errorf("GET /v1/openapi.yaml = %d %s, %d bytes; want 200 application/yaml and api/openapi.yaml (%d bytes)", resp.StatusCode, resp.Header.Get("Content-Type"), len(body), len(want))
 	}
 }
 
@@ -343,10 +344,10 @@ func TestIdleExpirySparesBusy(t *testing.T) {
 	const idle = time.Minute
 	e := newEnv(t, server.Config{Idle: idle})
 	started, release := make(chan struct{}), make(chan struct{})
-	e.exec = func(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
+	e.exec = func(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 		close(started)
 		<-release
-		return json.RawMessage(`{"exit_code":0}`), nil
+		return &api.Report{}, nil
 	}
 	id := e.create(tokA, wsPolicy(t.TempDir()))
 	done := make(chan int)

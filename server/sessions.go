@@ -1,7 +1,6 @@
 package server
 
 import (
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"io"
@@ -13,11 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/policy"
 )
-
-//go:embed openapi.yaml
-var openapiYAML []byte
 
 // policyName is what a named policy may be called; it maps to
 // PolicyDir/NAME.yaml and nothing else.
@@ -30,29 +27,16 @@ var netNow = time.Now
 // jsonTimeout bounds reading a JSON body and writing a JSON response.
 const jsonTimeout = 30 * time.Second
 
-// sessionJSON is a session as the API shows it.
-type sessionJSON struct {
-	ID           string    `json:"id"`
-	Created      time.Time `json:"created"`
-	Deadline     time.Time `json:"deadline"`
-	IdleDeadline time.Time `json:"idle_deadline"`
-	Workspace    string    `json:"workspace"`
-	Execs        int       `json:"execs"`
-	Usage        Usage     `json:"usage"`
-	// PendingDenials and DenialCounts are as in Info; never null.
-	PendingDenials []Denial     `json:"pending_denials"`
-	DenialCounts   DenialCounts `json:"denial_counts"`
-}
-
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	doc := api.OpenAPI()
 	w.Header().Set("Content-Type", "application/yaml")
-	w.Header().Set("Content-Length", strconv.Itoa(len(openapiYAML)))
+	w.Header().Set("Content-Length", strconv.Itoa(len(doc)))
 	// A write error means the client went away.
-	_, _ = w.Write(openapiYAML)
+	_, _ = io.WriteString(w, doc)
 }
 
 // setDeadlines bounds how long the handler reads the body and writes the
@@ -69,7 +53,7 @@ func setDeadlines(w http.ResponseWriter, read, write time.Duration) {
 
 // decodeJSON reads one JSON object of at most max bytes into v, refusing
 // unknown fields and trailing data.
-func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any) *apiError {
+func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any) *api.Error {
 	if r.ContentLength > max {
 		return tooLarge(max)
 	}
@@ -105,7 +89,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any) *apiEr
 	return errorf(http.StatusBadRequest, "bad_json", "bad JSON request: "+err.Error())
 }
 
-func tooLarge(max int64) *apiError {
+func tooLarge(max int64) *api.Error {
 	return errorf(http.StatusRequestEntityTooLarge, "body_too_large", "request body is larger than "+strconv.FormatInt(max, 10)+" bytes: send less")
 }
 
@@ -196,7 +180,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int
 // session's own workspace: a new folder that becomes its fs_write grant.
 // It returns the policy to run and the workspace ("" when none was made).
 // Named policies are used as the operator wrote them.
-func (s *Server) privateWorkspace(p *policy.Policy, named bool) (*policy.Policy, string, *apiError) {
+func (s *Server) privateWorkspace(p *policy.Policy, named bool) (*policy.Policy, string, *api.Error) {
 	if named || len(p.FSWrite()) > 0 {
 		return p, "", nil
 	}
@@ -226,7 +210,7 @@ func (s *Server) removeWorkspace(ws string) {
 }
 
 // loadPolicy parses the inline policy or reads the named one.
-func (s *Server) loadPolicy(req createRequest) (*policy.Policy, *apiError) {
+func (s *Server) loadPolicy(req createRequest) (*policy.Policy, *api.Error) {
 	switch {
 	case req.Policy != nil && req.PolicyName != "":
 		return nil, errorf(http.StatusBadRequest, "bad_request", "both policy and policy_name given: send one")
@@ -261,22 +245,22 @@ func (s *Server) loadPolicy(req createRequest) (*policy.Policy, *apiError) {
 }
 
 // parsePolicy returns a 400 listing every problem with its line and column.
-func parsePolicy(data []byte, opts policy.ParseOptions) (*policy.Policy, *apiError) {
+func parsePolicy(data []byte, opts policy.ParseOptions) (*policy.Policy, *api.Error) {
 	p, err := policy.Parse(data, opts)
 	if err == nil {
 		return p, nil
 	}
-	e := &apiError{Status: http.StatusBadRequest, Code: "bad_policy"}
+	e := &api.Error{Status: http.StatusBadRequest, Code: "bad_policy"}
 	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
 	}
 	var msgs []string
 	for _, err := range errs {
-		pr := problem{Message: err.Error()}
+		pr := api.Problem{Message: err.Error()}
 		var pe *policy.ParseError
 		if errors.As(err, &pe) {
-			pr = problem{Line: pe.Line, Col: pe.Col, Message: pe.Msg}
+			pr = api.Problem{Line: pe.Line, Col: pe.Col, Message: pe.Msg}
 		}
 		e.Problems = append(e.Problems, pr)
 		msgs = append(msgs, err.Error())
@@ -285,28 +269,17 @@ func parsePolicy(data []byte, opts policy.ParseOptions) (*policy.Policy, *apiErr
 	return nil, e
 }
 
-// describe renders e with the sandbox's view of it.
-func (s *Server) describe(e *entry, info Info) sessionJSON {
+// describe renders e with the sandbox's view of it, info: the server's
+// id, workspace and idle deadline, and never a null list.
+func (s *Server) describe(e *entry, info api.SessionInfo) api.SessionInfo {
 	s.mu.Lock()
 	last := e.lastUse
 	s.mu.Unlock()
+	info.ID, info.Workspace, info.IdleDeadline = e.id, e.workspace, last.Add(s.cfg.Idle)
 	if info.PendingDenials == nil {
-		info.PendingDenials = []Denial{}
+		info.PendingDenials = []api.Denial{}
 	}
-	if info.DenialCounts.ByLayer == nil {
-		info.DenialCounts.ByLayer = map[string]int64{}
-	}
-	return sessionJSON{
-		ID:             e.id,
-		Created:        info.Created,
-		Deadline:       info.Deadline,
-		IdleDeadline:   last.Add(s.cfg.Idle),
-		Workspace:      e.workspace,
-		Execs:          info.Execs,
-		Usage:          info.Usage,
-		PendingDenials: info.PendingDenials,
-		DenialCounts:   info.DenialCounts,
-	}
+	return info
 }
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, owner int) {
@@ -325,7 +298,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, owner int)
 		}
 		return strings.Compare(a.id, b.id)
 	})
-	out := make([]sessionJSON, 0, len(mine))
+	out := make([]api.SessionInfo, 0, len(mine))
 	for _, e := range mine {
 		out = append(out, s.describe(e, e.sess.Info()))
 	}
@@ -355,18 +328,9 @@ func (s *Server) destroySession(w http.ResponseWriter, r *http.Request, owner in
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// execRequest is the body of POST /v1/sessions/{id}/exec.
-type execRequest struct {
-	Args    []string `json:"args"`
-	Dir     string   `json:"dir"`
-	Env     []string `json:"env"`
-	Stdin   string   `json:"stdin"`
-	Timeout string   `json:"timeout"` // Go duration; "" means the session's deadline
-}
-
 func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
 	setDeadlines(w, jsonTimeout, 0)
-	var req execRequest
+	var req api.ExecBody
 	if ae := decodeJSON(w, r, s.cfg.MaxJSON, &req); ae != nil {
 		writeError(w, ae)
 		return
@@ -398,7 +362,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
 	}
 	defer s.release(e)
 
-	xr := ExecRequest{Args: req.Args, Dir: req.Dir, Env: req.Env, Timeout: timeout}
+	xr := api.ExecRequest{Args: req.Args, Dir: req.Dir, Env: req.Env, Timeout: timeout}
 	if req.Stdin != "" {
 		xr.Stdin = strings.NewReader(req.Stdin)
 	}
@@ -408,20 +372,20 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
 		xr.Stdout, xr.Stderr = es.writer("stdout"), es.writer("stderr")
 	}
 	rep, err := e.sess.Exec(r.Context(), xr)
-	var fail *apiError
+	var fail *api.Error
 	switch {
 	case err != nil:
 		fail = s.execError(e, err)
-	case len(rep) == 0:
+	case rep == nil:
 		s.log.Error("airlock bug: exec returned neither a report nor an error", "session", e.id)
 		fail = errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
-	case !s.cfg.AgentAdvice:
+	case !s.cfg.AgentAdvice && rep.Operator != nil:
 		// The report's operator field names the policy changes that would
-		// allow its denials: the operator's advice, not the client's.
-		if rep, err = withoutOperator(rep); err != nil {
-			s.log.Error("airlock bug: exec report", "session", e.id, "err", err)
-			fail = errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
-		}
+		// allow its denials: the operator's advice, not the client's. The
+		// session's report stays as it was.
+		cp := *rep
+		cp.Operator = nil
+		rep = &cp
 	}
 	if es != nil {
 		es.finish(rep, fail)
@@ -432,17 +396,17 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
 		writeError(w, fail)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]json.RawMessage{"report": rep})
+	writeJSON(w, http.StatusOK, api.ExecResult{Report: rep})
 }
 
 // execError turns an Exec error into a public one.
-func (s *Server) execError(e *entry, err error) *apiError {
-	if errors.Is(err, ErrSessionClosed) {
+func (s *Server) execError(e *entry, err error) *api.Error {
+	if errors.Is(err, api.ErrSessionClosed) {
 		s.end(e, endDeadline)
 		s.mu.Lock()
 		reason := s.ended.byID[e.id].reason
 		s.mu.Unlock()
-		return &apiError{Status: http.StatusGone, Code: "session_ended", Message: "session ended (" + reason + "): create a new session"}
+		return &api.Error{Status: http.StatusGone, Code: "session_ended", Message: "session ended (" + reason + "): create a new session"}
 	}
 	s.log.Info("exec refused", "session", e.id, "err", err)
 	// Exec errors other than a closed session are misuse of the request:

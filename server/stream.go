@@ -7,18 +7,14 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // streamWriteTimeout is how long one event may take to reach a client
 // before the stream is given up: a stalled reader must not hold the
 // handler forever.
 const streamWriteTimeout = time.Minute
-
-// outputEvent is one NDJSON line of output.
-type outputEvent struct {
-	Stream string `json:"stream"` // "stdout" or "stderr"
-	Data   string `json:"data"`
-}
 
 // eventStream writes an exec's output as NDJSON lines, as it is produced:
 // {"stream":"stdout","data":"..."} per chunk, then {"report":{...}} or
@@ -77,12 +73,12 @@ func (es *eventStream) lineLocked(v any) {
 
 // finish sends what is left of each stream, then the report, or the error
 // (as the response itself when nothing was sent yet).
-func (es *eventStream) finish(rep json.RawMessage, fail *apiError) {
+func (es *eventStream) finish(rep *api.Report, fail *api.Error) {
 	es.mu.Lock()
 	defer es.mu.Unlock()
 	for _, o := range es.outs {
 		if len(o.pending) > 0 {
-			es.lineLocked(outputEvent{Stream: o.name, Data: string(o.pending)})
+			es.lineLocked(api.Event{Stream: o.name, Data: string(o.pending)})
 			o.pending = nil
 		}
 	}
@@ -92,12 +88,10 @@ func (es *eventStream) finish(rep json.RawMessage, fail *apiError) {
 			es.started = true
 			return
 		}
-		es.lineLocked(struct {
-			Error *apiError `json:"error"`
-		}{fail})
+		es.lineLocked(api.Event{Error: fail})
 		return
 	}
-	es.lineLocked(map[string]json.RawMessage{"report": rep})
+	es.lineLocked(api.Event{Report: rep})
 }
 
 // streamOut is the io.Writer of one output stream. It holds back a UTF-8
@@ -118,7 +112,7 @@ func (o *streamOut) Write(p []byte) (int, error) {
 	cut := completeUTF8(data)
 	o.pending = append([]byte(nil), data[cut:]...)
 	if cut > 0 {
-		o.es.lineLocked(outputEvent{Stream: o.name, Data: string(data[:cut])})
+		o.es.lineLocked(api.Event{Stream: o.name, Data: string(data[:cut])})
 	}
 	return len(p), nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -59,7 +60,7 @@ func (t *tombstones) add(id string, ts tombstone) {
 
 // acquire finds owner's session id and marks it busy; the caller must call
 // release. A session of another token is reported as unknown.
-func (s *Server) acquire(owner int, id string) (*entry, *apiError) {
+func (s *Server) acquire(owner int, id string) (*entry, *api.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.sessions[id]; ok && e.owner == owner {
@@ -68,7 +69,7 @@ func (s *Server) acquire(owner int, id string) (*entry, *apiError) {
 		return e, nil
 	}
 	if ts, ok := s.ended.byID[id]; ok && ts.owner == owner {
-		return nil, &apiError{Status: http.StatusGone, Code: "session_ended", Message: "session ended (" + ts.reason + "): create a new session"}
+		return nil, &api.Error{Status: http.StatusGone, Code: "session_ended", Message: "session ended (" + ts.reason + "): create a new session"}
 	}
 	return nil, errorf(http.StatusNotFound, "unknown_session", "no such session: list yours with GET /v1/sessions")
 }

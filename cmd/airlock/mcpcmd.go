@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,11 +9,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/httpauth"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/mcp"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -29,9 +28,11 @@ at the session's first tool call with the policy (the file plus the flags)
 and closed when the session ends.
 
 Without --listen it speaks MCP over stdin/stdout, for one client. With
---listen it serves streamable HTTP at ADDR and needs a bearer token from
---token-file or $AIRLOCK_TOKEN (at least 16 characters), unless
---insecure-no-auth is given and ADDR is a loopback address.
+--listen it serves streamable HTTP at ADDR and needs a bearer token (at
+least 16 characters) from $AIRLOCK_TOKEN or --token-file, which is read as
+airlock serve reads it: one token per line, blank lines and lines starting
+with # skipped; a file holding one token is such a file. Without a token
+it serves only with --insecure-no-auth and on a loopback address.
 
 Advice is the operator's. A denial in a tool result says what was refused
 and why, and what the agent can do within its grants (its hint). The
@@ -50,7 +51,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	var pf policyFlags
 	pf.register(fs)
 	listen := fs.String("listen", "", "serve streamable HTTP on `ADDR` (host:port) instead of stdio")
-	tokenFile := fs.String("token-file", "", "read the HTTP bearer token from `FILE` (default: $AIRLOCK_TOKEN)")
+	tokenFile := fs.String("token-file", "", "read the HTTP bearer tokens from `FILE`, one per line (default: $AIRLOCK_TOKEN)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve HTTP without a token; only on a loopback ADDR")
 	maxSessions := fs.Int("max-sessions", 0, "sandboxes alive at once across HTTP clients (default 8)")
 	auditFile := fs.String("audit", "", "append every audit event as JSON lines to `FILE` (mode 0600)")
@@ -83,9 +84,9 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
 			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, AgentAdvice: *agentAdvice})
 			if err != nil {
-				return nil, err
+				return nil, err // not a nil *sandbox.Session in a non-nil interface
 			}
-			return mcpSession{s}, nil
+			return s, nil
 		}}
 	srv, err := mcp.New(cfg)
 	if err != nil {
@@ -113,6 +114,10 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("listen: %v", err)
 	}
+	if *noAuth && !httpauth.IsLoopback(ln.Addr().String()) {
+		ln.Close()
+		return fail("--insecure-no-auth: %s resolved to %s, which is not a loopback address: listen on 127.0.0.1 or [::1]", *listen, ln.Addr())
+	}
 	fmt.Fprintf(stderr, "airlock mcp: serving MCP (streamable HTTP) on http://%s\n", ln.Addr())
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -127,45 +132,35 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// mcpSession adapts *sandbox.Session to mcp.Session, which mcp defines so
-// that it need not import sandbox.
-type mcpSession struct{ *sandbox.Session }
-
-func (s mcpSession) Exec(ctx context.Context, req mcp.ExecRequest) (json.RawMessage, error) {
-	rep, err := s.Session.Exec(ctx, sandbox.ExecRequest{Args: req.Args, Dir: req.Dir, Stdin: req.Stdin, Timeout: req.Timeout})
-	if errors.Is(err, sandbox.ErrSessionClosed) {
-		return nil, fmt.Errorf("%w: %w", mcp.ErrSessionClosed, err)
-	}
+// authHandler puts the bearer-token check in front of h, or refuses to
+// serve without one unless the operator opted out on a loopback address.
+// The tokens come from the token file, in the format airlock serve reads
+// (one per line, # comments; a file holding a single token is one such
+// line), else from AIRLOCK_TOKEN.
+func authHandler(h http.Handler, addr, tokenFile string, noAuth bool) (http.Handler, error) {
+	entries, err := serveTokens(tokenFile, os.Getenv("AIRLOCK_TOKEN"))
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(rep)
-}
-
-func (s mcpSession) Info() mcp.SessionInfo {
-	i := s.Session.Info()
-	return mcp.SessionInfo{ID: i.ID, Workspace: i.Workspace, Execs: i.Execs, Usage: mcp.Usage(i.Usage)}
-}
-
-// authHandler puts the bearer-token check in front of h, or refuses to
-// serve without one unless the operator opted out on a loopback address.
-func authHandler(h http.Handler, addr, tokenFile string, noAuth bool) (http.Handler, error) {
-	token := os.Getenv("AIRLOCK_TOKEN")
-	if tokenFile != "" {
-		data, err := os.ReadFile(tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
+	list := make([]string, len(entries))
+	for i, e := range entries {
+		if e.ceiling != "" {
+			return nil, fmt.Errorf("--token-file %s line %d: airlock mcp has one policy and no ceilings: remove ceiling=", tokenFile, e.line)
 		}
-		token = strings.TrimRight(string(data), "\r\n")
+		list[i] = e.token
 	}
 	switch {
-	case token != "" && noAuth:
+	case len(list) > 0 && noAuth:
 		return nil, errors.New("a token and --insecure-no-auth were both given: choose one")
-	case token != "":
-		return mcp.BearerAuth(token, h)
+	case len(list) > 0:
+		toks, err := httpauth.NewTokens(list)
+		if err != nil {
+			return nil, fmt.Errorf("bearer token: %w", err)
+		}
+		return toks.Require(h), nil
 	case !noAuth:
 		return nil, errors.New("--listen needs a bearer token: give --token-file FILE or set AIRLOCK_TOKEN (or --insecure-no-auth on a loopback address)")
-	case !mcp.IsLoopback(addr):
+	case !httpauth.IsLoopback(addr):
 		return nil, fmt.Errorf("--insecure-no-auth on %q: only loopback addresses (127.0.0.1, ::1, localhost) may serve without a token", addr)
 	}
 	return h, nil

@@ -6,20 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/audit"
-	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
-	"github.com/airlock-sandbox/airlock/mcp"
-	"github.com/airlock-sandbox/airlock/policy"
-	"github.com/airlock-sandbox/airlock/policy/budget"
-	"github.com/airlock-sandbox/airlock/sandbox"
 )
+
+// The schema's properties are checked against api.Report in package api
+// (TestReportSchemaMatchesType); this file checks that what the binary
+// prints is valid under it.
 
 // schemaNode is the subset of JSON Schema 2020-12 that
 // schema/report.schema.json uses.
@@ -37,7 +33,6 @@ type schemaNode struct {
 	MinLength            *int                   `json:"minLength"`
 	MaxItems             *int                   `json:"maxItems"`
 	Defs                 map[string]*schemaNode `json:"$defs"`
-	Schema               string                 `json:"$schema"`
 }
 
 func loadReportSchema(t *testing.T) *schemaNode {
@@ -59,99 +54,6 @@ func (root *schemaNode) resolve(n *schemaNode) *schemaNode {
 		n = root.Defs[strings.TrimPrefix(n.Ref, "#/$defs/")]
 	}
 	return n
-}
-
-// jsonFields returns the json names of t's fields and which are required
-// (no omitempty).
-func jsonFields(t reflect.Type) (names, required []string) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		name, opts, _ := strings.Cut(tag, ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		names = append(names, name)
-		if !strings.Contains(opts, "omitempty") {
-			required = append(required, name)
-		}
-	}
-	sort.Strings(names)
-	sort.Strings(required)
-	return names, required
-}
-
-// TestReportSchemaMatchesType keeps the schema's properties equal to the
-// json tags of sandbox.Report and its nested structs, and its required
-// lists equal to the fields without omitempty.
-func TestReportSchemaMatchesType(t *testing.T) {
-	root := loadReportSchema(t)
-	if root.Schema != "https://json-schema.org/draft/2020-12/schema" {
-		t.Errorf("$schema = %q, want draft 2020-12", root.Schema)
-	}
-	var walk func(path string, typ reflect.Type, n *schemaNode)
-	walk = func(path string, typ reflect.Type, n *schemaNode) {
-		n = root.resolve(n)
-		if n == nil {
-			t.Errorf("%s: no schema for %s", path, typ)
-			return
-		}
-		switch typ.Kind() {
-		case reflect.Pointer:
-			walk(path, typ.Elem(), n)
-			return
-		case reflect.Slice:
-			if typ.Elem().Kind() == reflect.Struct {
-				walk(path+"[]", typ.Elem(), n.Items)
-			}
-			return
-		case reflect.Struct:
-		default:
-			return
-		}
-		names, required := jsonFields(typ)
-		var props []string
-		for k := range n.Properties {
-			props = append(props, k)
-		}
-		sort.Strings(props)
-		if !slices.Equal(props, names) {
-			t.Errorf("%s: schema properties %v, want the json tags of %s: %v", path, props, typ, names)
-		}
-		req := slices.Clone(n.Required)
-		sort.Strings(req)
-		if !slices.Equal(req, required) {
-			t.Errorf("%s: schema required %v, want the fields of %s without omitempty: %v", path, req, typ, required)
-		}
-		if n.AdditionalProperties == nil || *n.AdditionalProperties {
-			t.Errorf("%s: additionalProperties is not false", path)
-		}
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if p, ok := n.Properties[name]; ok {
-				walk(path+"."+name, f.Type, p)
-			}
-		}
-	}
-	walk("report", reflect.TypeFor[sandbox.Report](), root)
-
-	// Enums mirror the Go constants.
-	layers := []any{audit.LayerFS, audit.LayerNet, audit.LayerExec, audit.LayerBudget, audit.LayerKernel, audit.LayerTool}
-	if got := root.Defs["denial"].Properties["layer"].Enum; !slices.Equal(got, layers) {
-		t.Errorf("denial.layer enum = %v, want %v", got, layers)
-	}
-	if mi := root.Properties["denials"].MaxItems; mi == nil || *mi != audit.DefaultMaxDistinct+audit.MaxExtraKinds {
-		t.Errorf("denials maxItems = %v, want audit.DefaultMaxDistinct+MaxExtraKinds (%d)", mi, audit.DefaultMaxDistinct+audit.MaxExtraKinds)
-	}
-	actions := []any{string(policy.ActionAdd), string(policy.ActionRemove), string(policy.ActionRaise)}
-	if got := root.Defs["change"].Properties["action"].Enum; !slices.Equal(got, actions) {
-		t.Errorf("change.action enum = %v, want %v", got, actions)
-	}
-	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite), string(budget.Interrupted)}
-	if got := root.Defs["limit"].Enum; !slices.Equal(got, limits) {
-		t.Errorf("limit enum = %v, want %v", got, limits)
-	}
 }
 
 // validate checks v (decoded with encoding/json into any) against n and
@@ -329,48 +231,3 @@ const validReportJSON = `{"exit_code": 0, "signal": null, "halted_by": null, "du
  "usage": {"cpu_ms": 0, "max_memory_bytes": 0, "ops": 0, "output_bytes": 0, "write_bytes": 0},
  "denials": [], "denial_counts": {"total": 0, "by_layer": {}, "dropped": 0},
  "enforcement": {"namespaces": true, "landlock_abi": 7, "seccomp": true, "fs_denials": ""}}`
-
-// TestReportCopiesMatchSandbox: the report types that client and mcp copy
-// carry every field of sandbox.Report, the operator's advice included, so
-// a report decoded and re-encoded there is the JSON the sandbox wrote.
-func TestReportCopiesMatchSandbox(t *testing.T) {
-	sig, halted := 9, "max_wall"
-	in := sandbox.Report{
-		ExitCode: 124, Signal: &sig, HaltedBy: &halted, DurationMS: 7, Stdout: "o", Stderr: "e",
-		StdoutTruncated: true, StderrTruncated: true,
-		Usage:        sandbox.Usage{CPUMS: 1, MaxMemoryBytes: 2, Ops: 3, OutputBytes: 4, WriteBytes: 5},
-		Denials:      []sandbox.Denial{{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Message: "m", Hint: "h", Count: 7}},
-		DenialCounts: sandbox.DenialCounts{Total: 9, ByLayer: map[string]int64{"net": 9}, Dropped: 2},
-		Error:        "err",
-		Enforcement:  sandbox.Enforcement{Namespaces: true, Landlock: 7, Seccomp: true, Cgroup: "v1", Downgrades: []string{"max_cpu"}, FSDenials: "audit"},
-		Writes:       &sandbox.Writes{Complete: true, Files: 1, Bytes: 2, Refused: []sandbox.WriteEntry{{Path: "/w/.envrc", Reason: "protected"}}, RefusedTotal: 1},
-		Operator: &sandbox.Operator{Suggestions: []sandbox.OperatorSuggestion{
-			{Layer: "net", Op: "connect", Target: "evil.example:443", Rule: "net_hosts", Suggestion: `add "evil.example:443" to net_hosts`,
-				Changes: []policy.Change{{Action: policy.ActionAdd, Key: "net_hosts", Value: "evil.example:443"}}},
-			{Layer: "budget", Rule: "max_wall", Suggestion: `raise max_wall to "1m"`, Changes: []policy.Change{{Action: policy.ActionRaise, Key: "max_wall", Value: "1m"}}},
-		}},
-	}
-	want, err := json.Marshal(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, copy := range map[string]any{"client.Report": &client.Report{}, "mcp.Report": &mcp.Report{}} {
-		if err := json.Unmarshal(want, copy); err != nil {
-			t.Fatal(err)
-		}
-		got, err := json.Marshal(copy)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var a, b map[string]any
-		if err := json.Unmarshal(want, &a); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(got, &b); err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("%s round trip:\n got %s\nwant %s", name, got, want)
-		}
-	}
-}

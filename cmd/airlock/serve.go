@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -239,10 +238,11 @@ type serveToken struct {
 	line    int    // in the token file; 0 for AIRLOCK_TOKEN
 }
 
-// serveTokens reads the token file or, without one, the env token. Each
-// line of the file is "TOKEN" or "TOKEN ceiling=FILE" (FILE relative to
-// the file's folder, and it may contain spaces); blank lines and lines
-// starting with # are skipped. Errors name the line, never the token.
+// serveTokens reads the token file or, without one, the env token: the one
+// token-file format, which airlock mcp --listen reads too. Each line of
+// the file is "TOKEN" or "TOKEN ceiling=FILE" (FILE relative to the file's
+// folder, and it may contain spaces); blank lines and lines starting with
+// # are skipped. Errors name the line, never the token.
 func serveTokens(file, env string) ([]serveToken, error) {
 	if file == "" {
 		if env = strings.TrimSpace(env); env != "" {
@@ -336,35 +336,8 @@ func serveNewSession(base sandbox.Config) server.NewSessionFunc {
 		cfg.Policy = p
 		s, err := sandbox.NewSession(ctx, cfg)
 		if err != nil {
-			return nil, err
+			return nil, err // not a nil *sandbox.Session in a non-nil interface
 		}
-		return serveSession{s}, nil
+		return s, nil
 	}
-}
-
-// serveSession adapts *sandbox.Session to server.Session. The server does
-// not import sandbox (it would reach internal/enforce), so the conversions
-// live here; ExecRequest and Usage convert directly because their fields
-// are the same, which the compiler checks.
-type serveSession struct{ *sandbox.Session }
-
-func (s serveSession) Exec(ctx context.Context, req server.ExecRequest) (json.RawMessage, error) {
-	rep, err := s.Session.Exec(ctx, sandbox.ExecRequest(req))
-	if errors.Is(err, sandbox.ErrSessionClosed) {
-		return nil, fmt.Errorf("%w: %w", server.ErrSessionClosed, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(rep)
-}
-
-func (s serveSession) Info() server.Info {
-	i := s.Session.Info()
-	pending := make([]server.Denial, 0, len(i.PendingDenials))
-	for _, d := range i.PendingDenials {
-		pending = append(pending, server.Denial(d))
-	}
-	return server.Info{ID: i.ID, Created: i.Created, Deadline: i.Deadline, Workspace: i.Workspace, Usage: server.Usage(i.Usage), Execs: i.Execs,
-		PendingDenials: pending, DenialCounts: server.DenialCounts(i.DenialCounts)}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/internal/denial"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -28,7 +29,7 @@ func operatorOf(sugg ...sandbox.OperatorSuggestion) *sandbox.Operator {
 		if err != nil {
 			panic(err)
 		}
-		sugg[i].Changes = s.Changes
+		sugg[i].Changes = denial.Suggestion(sandbox.Denial{}, s).Changes
 	}
 	return &sandbox.Operator{Suggestions: sugg}
 }

@@ -12,7 +12,7 @@
 // paths at any depth (git hooks and config, rc files: policy.WriteBackRefusal).
 // Everything it refuses or fails to do is listed, bounded, in the Result.
 //
-// It imports policy/... and golang.org/x/sys only. It stops a sandbox from
+// It imports policy/..., api (for its Result) and golang.org/x/sys only. It stops a sandbox from
 // planting code the host runs later, from making a setuid binary on the
 // host, and from writing more than max_write.
 package writeback
@@ -20,6 +20,8 @@ package writeback
 import (
 	"strconv"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/api"
 )
 
 // Grant is one staged fs_write grant.
@@ -54,46 +56,25 @@ type Config struct {
 	MaxListed int
 }
 
-// Result says what the copy back did.
-type Result struct {
-	// Complete is true when every change on the stage reached the host or
-	// was refused by a rule; false when an error left part of it undone
-	// (the host grant may then hold some of the changes and not others).
-	Complete bool `json:"complete"`
-
-	Files    int   `json:"files"`    // regular files written
-	Bytes    int64 `json:"bytes"`    // bytes written to them
-	Dirs     int   `json:"dirs"`     // folders created
-	Symlinks int   `json:"symlinks"` // symlinks written
-	Removed  int   `json:"removed"`  // entries removed (deleted inside the sandbox)
-	// ModesDropped counts files and folders whose setuid, setgid or sticky
-	// bit was dropped.
-	ModesDropped int `json:"modes_dropped,omitempty"`
-
-	Refused      []Entry `json:"refused,omitempty"` // changes a rule kept off the host
-	RefusedTotal int     `json:"refused_total,omitempty"`
-	Failed       []Entry `json:"failed,omitempty"` // changes an error kept off the host
-	FailedTotal  int     `json:"failed_total,omitempty"`
-	// Moved lists grants whose host path no longer led, at the end, to the
-	// folder granted at the start (renamed or replaced on the host); their
-	// writes went to the folder granted, wherever it is now.
-	Moved []string `json:"moved,omitempty"`
-}
+// Result says what the copy back did: the writes of a report
+// (api.Writes). Everything it refuses or fails to do is listed, at most
+// Config.MaxListed entries each, with totals.
+type Result = api.Writes
 
 // Entry is one path the copy back refused or failed on.
-type Entry struct {
-	Path   string `json:"path"`   // canonical host path
-	Reason string `json:"reason"` // the rule or error
-}
+type Entry = api.WriteEntry
 
-func (r *Result) refuse(max int, path, reason string) {
+// result is a Result being built.
+type result struct{ Result }
+
+func (r *result) refuse(max int, path, reason string) {
 	r.RefusedTotal++
 	if len(r.Refused) < max {
 		r.Refused = append(r.Refused, Entry{Path: clip(path), Reason: clip(reason)})
 	}
 }
 
-func (r *Result) fail(max int, path string, err error) {
+func (r *result) fail(max int, path string, err error) {
 	r.Complete = false
 	r.FailedTotal++
 	if len(r.Failed) < max {

@@ -62,19 +62,19 @@ func Moved(g Grant) bool {
 // WriteBack copies the stage to the host. It must run once the sandbox has
 // stopped writing (every process of it is dead).
 func WriteBack(cfg Config) Result {
-	w := &writer{cfg: cfg, res: Result{Complete: true}, max: cfg.MaxListed}
+	w := &writer{cfg: cfg, res: result{Result{Complete: true}}, max: cfg.MaxListed}
 	if w.max <= 0 {
 		w.max = 50
 	}
 	for _, g := range cfg.Grants {
 		w.grant(g)
 	}
-	return w.res
+	return w.res.Result
 }
 
 type writer struct {
 	cfg Config
-	res Result
+	res result
 	max int
 }
 
