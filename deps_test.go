@@ -220,7 +220,7 @@ func TestDependencyRulesCatch(t *testing.T) {
 		{"enforce-stays-offline", pkg("internal/enforce/seccomp", nil, []string{m("server/api")})},
 		{"frontends-skip-enforce", pkg("egress", nil, []string{m("internal/enforce/netns")})},
 		{"frontends-skip-enforce", pkg("export/oci", nil, []string{m("internal/enforce/mount")})},
-		{"frontends-skip-enforce", pkg("export/k8s", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")})},
+		{"frontends-skip-enforce", pkg("export/oci", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")})},
 		{"frontends-skip-enforce", pkg("egress", nil, []string{m("internal/enforce/seccomp")})},
 		{"frontends-skip-enforce", pkg("sandbox", []string{"k8s.io/api/core/v1"}, nil)},
 		{"frontends-skip-enforce", pkg("server", []string{"github.com/modelcontextprotocol/go-sdk/mcp"}, nil)},
@@ -244,8 +244,7 @@ func TestDependencyRulesCatch(t *testing.T) {
 		pkg("policy", []string{"fmt", "go.yaml.in/yaml/v3", m("policy/hostspec")}, []string{"fmt", "os", "syscall", "go.yaml.in/yaml/v3", m("policy/hostspec")}),
 		pkg("plan", []string{"sort", m("policy")}, []string{"go.yaml.in/yaml/v3", m("policy")}),
 		pkg("internal/enforce/nsinit", nil, []string{m("internal/enforce/mount"), m("plan")}),
-		pkg("export/k8s", []string{"k8s.io/api/core/v1", m("export/oci")}, []string{m("plan"), m("export/oci"), m("internal/enforce/seccomp")}),
-		pkg("export/oci", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")}),
+		pkg("export/k8s", []string{"k8s.io/api/core/v1", m("export/oci")}, []string{m("plan"), m("export/oci")}),
 		pkg("internal/airtest", nil, []string{"testing"}),
 	}
 	for _, r := range rules {
@@ -331,21 +330,12 @@ func checkFrontends(g graph) []string {
 		r := rel(p.ImportPath)
 		if under(p.ImportPath, "export") || under(p.ImportPath, "egress") || under(p.ImportPath, "server") || under(p.ImportPath, "mcp") {
 			for _, d := range p.Deps {
-				// The one exception: the exports read seccomp.DefaultProfile,
-				// which is plain data, so the exported filter cannot drift
-				// from the installed one. Only export/oci imports it.
-				if d == module+"/internal/enforce/seccomp" && under(p.ImportPath, "export") {
-					continue
-				}
 				if under(d, "internal/enforce") {
 					bad = append(bad, r+" depends on "+d+"; export, egress, server and mcp must not reach internal/enforce")
 				}
 			}
 		}
 		for _, imp := range p.Imports {
-			if imp == module+"/internal/enforce/seccomp" && under(p.ImportPath, "export") && r != "export/oci" {
-				bad = append(bad, r+" imports "+imp+"; among the exports only export/oci reads the seccomp profile")
-			}
 			if strings.HasPrefix(imp, "k8s.io/") && !under(p.ImportPath, "export/k8s") {
 				bad = append(bad, r+" imports "+imp+"; only export/k8s imports the Kubernetes types")
 			}

@@ -138,6 +138,9 @@ type Plan struct {
 	Session bool `json:"session,omitempty"`
 	// PTY makes the command's stdin (a pty slave) its controlling terminal.
 	PTY bool `json:"pty,omitempty"`
+	// Seccomp is the syscall filter nsinit installs last, right before
+	// execve (DefaultSeccomp).
+	Seccomp Seccomp `json:"seccomp"`
 }
 
 // Rlimit is one resource limit; Resource is the name from getrlimit(2).
@@ -191,7 +194,8 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	if !req.Session && (len(req.Argv) == 0 || req.Argv[0] == "") {
 		return nil, fmt.Errorf("%w: no command given: put it after --", ErrBadRequest)
 	}
-	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session}
+	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session,
+		Seccomp: DefaultSeccomp()}
 	lim := p.Budget()
 
 	base, err := systemBase(h)

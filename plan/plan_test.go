@@ -1,8 +1,11 @@
 package plan_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -64,11 +67,58 @@ func TestCompileGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	airtest.Golden(t, "plan.json", js)
+	// The syscall profile is pinned on its own, one line a syscall
+	// (syscalls.txt), and compiled in internal/enforce/seccomp's golden
+	// test; plan.json shows the rest.
+	var back plan.Plan
+	if err := json.Unmarshal(js, &back); err != nil || !reflect.DeepEqual(&back, pl) {
+		t.Fatalf("the plan does not survive JSON, which is how nsinit receives it: %v", err)
+	}
+	if !reflect.DeepEqual(pl.Seccomp, plan.DefaultSeccomp()) {
+		t.Error("Compile did not put DefaultSeccomp in the plan")
+	}
+	rest := *pl
+	rest.Seccomp = plan.Seccomp{}
+	restJS, err := json.MarshalIndent(&rest, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := "\"seccomp\": {\n    \"default\": \"action(0x0)\",\n    \"syscalls\": null\n  }"
+	if !bytes.Contains(restJS, []byte(zero)) {
+		t.Fatalf("plan.json: no empty seccomp section to replace in\n%s", restJS)
+	}
+	restJS = bytes.Replace(restJS, []byte(zero), []byte("\"seccomp\": \"(in syscalls.txt.golden)\""), 1)
+	airtest.Golden(t, "plan.json", restJS)
+	airtest.Golden(t, "syscalls.txt", []byte(syscallListing(pl.Seccomp)))
 	airtest.Golden(t, "explain.txt", []byte(pl.String()))
 	if strings.Contains(string(js), "AWS_SECRET") {
 		t.Error("a host variable that was not granted reached the plan")
 	}
+}
+
+// syscallListing renders a profile one syscall a line.
+func syscallListing(s plan.Seccomp) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "default %v\n", s.Default)
+	for _, sc := range s.Syscalls {
+		var rules []string
+		for _, r := range sc.Rules {
+			var conds []string
+			for _, c := range r.Conds {
+				conds = append(conds, fmt.Sprintf("arg%d&%#x==%#x", c.Arg, c.Mask, c.Value))
+			}
+			rule := r.Action.String()
+			if len(conds) > 0 {
+				rule += " if " + strings.Join(conds, " && ")
+			}
+			rules = append(rules, rule)
+		}
+		fmt.Fprintf(&b, "%-24s %-36s %s\n", sc.Name, "["+sc.Group+"]", strings.Join(rules, "; "))
+	}
+	for _, g := range s.Refused {
+		fmt.Fprintf(&b, "refused [%s] %s\n", g.Name, strings.Join(g.Names, " "))
+	}
+	return b.String()
 }
 
 func TestCompileRefusals(t *testing.T) {

@@ -91,7 +91,7 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := oci.Seccomp(o.Arch)
+	sc, err := oci.Seccomp(pl.Seccomp, o.Arch)
 	if err != nil {
 		return nil, fmt.Errorf("k8s: export: %w", err)
 	}

@@ -114,7 +114,7 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 	if rootfs == "" {
 		rootfs = "rootfs"
 	}
-	sc, err := Seccomp(opts.Arch)
+	sc, err := Seccomp(pl.Seccomp, opts.Arch)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // bundleCache makes one OCI bundle per command line. All bundles share one
@@ -158,19 +158,19 @@ func (bc *bundleCache) config(args []string, real, visible string) obj {
 	}
 }
 
-// ociSeccomp turns airlock's seccomp.DefaultProfile into an OCI seccomp
+// ociSeccomp turns airlock's plan.DefaultSeccomp into an OCI seccomp
 // section. OCI has no rule order, so the ioctl deny rules (TIOCSTI,
 // TIOCLINUX) are dropped and ioctl is allowed outright; everything else
 // maps one to one (conditions become SCMP_CMP_MASKED_EQ).
 func ociSeccomp() obj {
 	var rules []obj
-	for _, sc := range seccomp.DefaultProfile().Syscalls {
+	for _, sc := range plan.DefaultSeccomp().Syscalls {
 		for _, r := range sc.Rules {
 			rule := obj{"names": []string{sc.Name}}
 			switch {
-			case r.Action == seccomp.ActAllow:
+			case r.Action == plan.ActAllow:
 				rule["action"] = "SCMP_ACT_ALLOW"
-			case r.Action == seccomp.ActENOSYS:
+			case r.Action == plan.ActENOSYS:
 				rule["action"], rule["errnoRet"] = "SCMP_ACT_ERRNO", 38
 			default:
 				continue // EPERM is the default action

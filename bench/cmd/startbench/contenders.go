@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // cleanEnv is the environment every contender's outer process gets: the
@@ -147,7 +148,7 @@ func writeEtc(dir string) error {
 // writeSeccompBPF writes airlock's own filter (seccomp.Build, the program
 // nsinit installs) as struct sock_filter[] for bwrap --seccomp.
 func writeSeccompBPF(path string) error {
-	prog, err := seccomp.Build(seccomp.Options{})
+	prog, err := seccomp.Build(plan.DefaultSeccomp(), seccomp.Options{})
 	if err != nil {
 		return err
 	}

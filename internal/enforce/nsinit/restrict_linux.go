@@ -38,7 +38,7 @@ func restrict(pl *plan.Plan) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, fail("no_new_privs", err)
 	}
-	if err := installSeccomp(); err != nil {
+	if err := installSeccomp(pl); err != nil {
 		return 0, fail("seccomp", err)
 	}
 	return abi, nil
