@@ -80,7 +80,11 @@ func (pl *Plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "command:  %s\n", strings.Join(pl.Argv, " "))
 	fmt.Fprintf(&b, "cwd:      %s\n", pl.Cwd)
-	b.WriteString("\nnamespaces (kernel): user, mount, pid, net, ipc, uts, cgroup; the command never runs as host root\n")
+	ns := make([]string, len(pl.Namespaces))
+	for i, n := range pl.Namespaces {
+		ns[i] = string(n)
+	}
+	fmt.Fprintf(&b, "\nnamespaces (kernel): %s; the command never runs as host root\n", strings.Join(ns, ", "))
 	b.WriteString("\nroot filesystem (mount namespace; everything else on the host does not exist inside):\n")
 	for _, m := range pl.Mounts {
 		b.WriteString("  " + m.describe() + "\n")

@@ -114,6 +114,12 @@ const (
 
 // Plan is everything nsinit needs, in order. It is plain data (JSON).
 type Plan struct {
+	// Namespaces are the new namespaces the sandbox's init is cloned into
+	// (DefaultNamespaces).
+	Namespaces []Namespace `json:"namespaces"`
+	// IDMap is who root inside is on the host (DefaultIDMap).
+	IDMap IDMap `json:"id_map"`
+
 	Argv     []string `json:"argv"` // argv[0] is the absolute path inside the sandbox
 	Env      []string `json:"env"`
 	Cwd      string   `json:"cwd"`
@@ -195,7 +201,7 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		return nil, fmt.Errorf("%w: no command given: put it after --", ErrBadRequest)
 	}
 	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session,
-		Seccomp: DefaultSeccomp()}
+		Namespaces: DefaultNamespaces(), IDMap: DefaultIDMap(), Seccomp: DefaultSeccomp()}
 	lim := p.Budget()
 
 	base, err := systemBase(h)

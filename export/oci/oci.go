@@ -14,8 +14,9 @@ import (
 )
 
 // DefaultHostID is the host uid and gid that uid 0 in the bundle maps to
-// when Options.HostID is zero: far above ordinary accounts and the usual
-// subordinate id ranges, like the ids `airlock run` picks.
+// when neither the plan (IDMap.HostUID) nor Options.HostID names one: the
+// first id of the range a root supervisor picks from (plan.IDMap), far
+// above ordinary accounts and the usual subordinate id ranges.
 const DefaultHostID = 1 << 30
 
 // Version is the ociVersion written. The config uses only what runtime-spec
@@ -48,8 +49,9 @@ type Options struct {
 	Rootfs string
 
 	// HostID is the unprivileged host uid and gid that uid and gid 0
-	// inside map to (a single id: nothing else is mapped). Zero means
-	// DefaultHostID. fs_write directories must be writable by it.
+	// inside map to, when the plan's IDMap has no HostUID and HostGID
+	// picked by a runtime. Zero means DefaultHostID. fs_write
+	// directories must be writable by it.
 	HostID uint32
 
 	// Arch is the GOARCH the seccomp section is written for. Empty means
@@ -106,9 +108,13 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 	if pl == nil || p == nil {
 		return nil, errors.New("oci: config: plan and policy are required")
 	}
-	id := opts.HostID
-	if id == 0 {
-		id = DefaultHostID
+	uids, gids, err := idMappings(pl.IDMap, opts.HostID)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := namespaces(pl.Namespaces)
+	if err != nil {
+		return nil, err
 	}
 	rootfs := opts.Rootfs
 	if rootfs == "" {
@@ -138,13 +144,9 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 			NoNewPrivileges: true,
 		},
 		Linux: &specs.Linux{
-			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: id, Size: 1}},
-			GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: id, Size: 1}},
-			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.UserNamespace}, {Type: specs.MountNamespace}, {Type: specs.PIDNamespace},
-				{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
-				{Type: specs.CgroupNamespace},
-			},
+			UIDMappings:   uids,
+			GIDMappings:   gids,
+			Namespaces:    ns,
 			Resources:     resources(p),
 			Seccomp:       sc,
 			MaskedPaths:   runcMaskedPaths,
@@ -163,6 +165,50 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// namespaceTypes maps the plan's namespaces to OCI's names.
+var namespaceTypes = map[plan.Namespace]specs.LinuxNamespaceType{
+	plan.NamespaceUser: specs.UserNamespace, plan.NamespaceMount: specs.MountNamespace,
+	plan.NamespacePID: specs.PIDNamespace, plan.NamespaceNet: specs.NetworkNamespace,
+	plan.NamespaceIPC: specs.IPCNamespace, plan.NamespaceUTS: specs.UTSNamespace,
+	plan.NamespaceCgroup: specs.CgroupNamespace,
+}
+
+// namespaces lists the plan's namespaces, each a new one (no path).
+func namespaces(ns []plan.Namespace) ([]specs.LinuxNamespace, error) {
+	if len(ns) == 0 {
+		return nil, errors.New("oci: config: the plan lists no namespaces: compile it with plan.Compile")
+	}
+	out := make([]specs.LinuxNamespace, 0, len(ns))
+	for _, n := range ns {
+		t, ok := namespaceTypes[n]
+		if !ok {
+			return nil, fmt.Errorf("oci: config: namespace %q has no OCI form", n)
+		}
+		out = append(out, specs.LinuxNamespace{Type: t})
+	}
+	return out, nil
+}
+
+// idMappings maps 0 inside to one host id, by the plan's rule: the ids a
+// runtime picked and recorded in the plan, else hostID, else
+// DefaultHostID. The bundle is run by a root runtime, so an unfilled plan
+// gets an id from the unprivileged range, never the host's root.
+func idMappings(m plan.IDMap, hostID uint32) (uids, gids []specs.LinuxIDMapping, err error) {
+	if m.Size != 1 {
+		return nil, nil, fmt.Errorf("oci: config: the plan maps %d ids: airlock maps exactly one (root inside)", m.Size)
+	}
+	uid, gid := m.HostUID, m.HostGID
+	if uid == 0 || gid == 0 {
+		uid = hostID
+		if uid == 0 {
+			uid = DefaultHostID
+		}
+		gid = uid
+	}
+	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: uid, Size: m.Size}},
+		[]specs.LinuxIDMapping{{ContainerID: 0, HostID: gid, Size: m.Size}}, nil
 }
 
 // resources maps the budget onto cgroup limits. max_cpu is CPU time, not a
