@@ -33,7 +33,7 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/d
 func systemBase(h Host) ([]Mount, error) {
 	var out []Mount
 	for _, c := range baseCandidates {
-		exists, _, link, err := h.Lstat(c.path)
+		exists, dir, link, err := h.Lstat(c.path)
 		if err != nil {
 			return nil, fmt.Errorf("system base %s: %w", c.path, err)
 		}
@@ -46,11 +46,11 @@ func systemBase(h Host) ([]Mount, error) {
 			// Real directories full of executables: only tools are mounted there.
 			continue
 		default:
-			out = append(out, Mount{Kind: KindBind, Source: c.path, Target: c.path, Exec: c.exec, Origin: OriginBase})
+			out = append(out, Mount{Kind: KindBind, Source: c.path, Target: c.path, Exec: c.exec, File: !dir, Origin: OriginBase})
 		}
 	}
 	for _, d := range devices {
-		out = append(out, Mount{Kind: KindBind, Source: d, Target: d, Writable: true, Origin: OriginSandbox})
+		out = append(out, Mount{Kind: KindBind, Source: d, Target: d, Writable: true, Devices: true, File: true, Origin: OriginSandbox})
 	}
 	for _, l := range [][2]string{{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"}, {"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"}} {
 		out = append(out, Mount{Kind: KindSymlink, Source: l[0], Target: l[1], Origin: OriginSandbox})
@@ -137,7 +137,7 @@ func (m Mount) describe() string {
 			src = "  <- " + m.Source
 		}
 		nodev := ",nodev"
-		if strings.HasPrefix(m.Target, "/dev/") {
+		if m.Devices {
 			nodev = "" // a device node is only useful on a mount that allows devices
 		}
 		return fmt.Sprintf("%-7s %-34s %s,nosuid%s%s%s  [%s]", m.Kind, m.Target, mode, nodev, exec, src, m.Origin)

@@ -42,5 +42,7 @@
 // by the runtime. max_cpu becomes RLIMIT_CPU per process only: cgroups have
 // no total-CPU-time limit. fs_write directories must be writable by
 // Options.HostID, because runc 1.1 and crun 1.8 have no idmapped mounts
-// for binds.
+// for binds. Binds are recursive, as in airlock's own init, with recursive
+// attributes (see Version); crun 1.8 clones a bind in a user namespace
+// without the mounts below it, so under crun those are hidden instead.
 package oci

@@ -19,10 +19,13 @@ import (
 // above ordinary accounts and the usual subordinate id ranges.
 const DefaultHostID = 1 << 30
 
-// Version is the ociVersion written. The config uses only what runtime-spec
+// Version is the ociVersion written. The config uses what runtime-spec
 // 1.0.2 defines, plus defaultErrnoRet (1.1), which an older runtime ignores
-// and whose value, EPERM, is its default anyway. crun 1.8 refuses any
-// version but 1.0.x, so the bundle claims the oldest one it fits.
+// and whose value, EPERM, is its default anyway, and the recursive mount
+// attributes rro, rnosuid, rnodev and rnoexec (1.1), which the runtime
+// must know: runc 1.1 or later, crun 1.8 (the versions the tests run).
+// crun 1.8 refuses any version but 1.0.x, so the bundle claims the oldest
+// one it fits.
 const Version = "1.0.2"
 
 // FilesDir is the bundle subdirectory holding the synthesized files that
@@ -86,16 +89,6 @@ type Bundle struct {
 	ownRootfs bool // Write creates the rootfs skeleton (Options.Rootfs was empty)
 }
 
-// runcMaskedPaths and runcReadonlyPaths are runc's defaults (`runc spec`),
-// so a runtime given this bundle hides the same parts of /proc.
-var (
-	runcMaskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-	}
-	runcReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-)
-
 // rlimitNames maps the plan's getrlimit(2) names to OCI types.
 var rlimitNames = map[string]string{
 	"core": "RLIMIT_CORE", "nofile": "RLIMIT_NOFILE", "fsize": "RLIMIT_FSIZE", "cpu": "RLIMIT_CPU",
@@ -124,6 +117,9 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(pl.Capabilities) != 0 || !pl.NoNewPrivileges {
+		return nil, fmt.Errorf("oci: config: the plan keeps capabilities %v or lacks no_new_privileges: compile it with plan.Compile", pl.Capabilities)
+	}
 	pj, err := p.MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("oci: config: policy: %w", err)
@@ -139,9 +135,9 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 			Env:  pl.Env,
 			Cwd:  pl.Cwd,
 			// Empty sets, not nil: a nil Capabilities leaves the runtime's
-			// defaults in place.
+			// defaults in place. The plan keeps none (checked above).
 			Capabilities:    &specs.LinuxCapabilities{},
-			NoNewPrivileges: true,
+			NoNewPrivileges: pl.NoNewPrivileges,
 		},
 		Linux: &specs.Linux{
 			UIDMappings:   uids,
@@ -149,8 +145,8 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 			Namespaces:    ns,
 			Resources:     resources(p),
 			Seccomp:       sc,
-			MaskedPaths:   runcMaskedPaths,
-			ReadonlyPaths: runcReadonlyPaths,
+			MaskedPaths:   pl.MaskedPaths,
+			ReadonlyPaths: pl.ReadonlyPaths,
 		},
 	}}
 	for _, r := range pl.Rlimits {
@@ -158,7 +154,10 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 		if !ok {
 			return nil, fmt.Errorf("oci: config: rlimit %q has no OCI name", r.Resource)
 		}
-		b.Spec.Process.Rlimits = append(b.Spec.Process.Rlimits, specs.POSIXRlimit{Type: name, Hard: r.Value, Soft: r.Value})
+		if r.Hard < r.Value {
+			return nil, fmt.Errorf("oci: config: rlimit %s: hard %d below soft %d", r.Resource, r.Hard, r.Value)
+		}
+		b.Spec.Process.Rlimits = append(b.Spec.Process.Rlimits, specs.POSIXRlimit{Type: name, Hard: r.Hard, Soft: r.Value})
 	}
 	b.ownRootfs = opts.Rootfs == ""
 	if err := b.addMounts(pl.Mounts, opts.BundleDir, opts.StageDir, b.ownRootfs); err != nil {
@@ -268,8 +267,7 @@ func (b *Bundle) addMounts(ms []plan.Mount, bundleDir, stageDir string, ownRootf
 		case plan.KindReadonly:
 			// The host path itself, read-only, over the grant's view of it:
 			// the same content (the grant's lower layer is that host folder).
-			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Target,
-				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Target, Options: bindOptions(m)})
 		case plan.KindHide:
 			if m.Dir {
 				spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs",
@@ -293,19 +291,35 @@ func (b *Bundle) addMounts(ms []plan.Mount, bundleDir, stageDir string, ownRootf
 	return nil
 }
 
-// bindOptions spells out the plan's flags. Binds are not recursive, so a
-// mount below a granted directory on the host does not come along.
+// bindOptions spells out the plan's flags (plan.Mount.Flags) for a bind.
+// A recursive bind of a folder is an rbind whose flags are recursive too
+// (rro, rnosuid, rnodev, rnoexec: mount_setattr(2) with AT_RECURSIVE;
+// runtime-spec 1.1, see Version), as airlock's own init sets them.
+// Without them runc makes only the top mount read-only and leaves a mount
+// below a grant writable, with its suid bits and device nodes, and crun
+// 1.8 does not apply nosuid, nodev or noexec to a writable bind at all. A
+// file has nothing below it, and crun refuses recursive attributes on one,
+// so a file's rbind carries the plain flags only.
 func bindOptions(m plan.Mount) []string {
-	o := []string{"bind", "ro"}
-	if m.Writable {
-		o[1] = "rw"
+	f := m.Flags()
+	o := []string{"bind", "rw"}
+	if f.Recursive {
+		o[0] = "rbind"
 	}
-	o = append(o, "nosuid")
-	if !strings.HasPrefix(m.Target, "/dev/") {
-		o = append(o, "nodev") // a device node is only useful where devices are allowed
+	if f.ReadOnly {
+		o[1] = "ro"
 	}
-	if !m.Exec {
-		o = append(o, "noexec")
+	rec := f.Recursive && !m.File
+	for _, opt := range []struct {
+		on       bool
+		top, rec string
+	}{{f.ReadOnly, "", "rro"}, {f.NoSuid, "nosuid", "rnosuid"}, {f.NoDev, "nodev", "rnodev"}, {f.NoExec, "noexec", "rnoexec"}} {
+		if opt.on && opt.top != "" {
+			o = append(o, opt.top)
+		}
+		if opt.on && rec {
+			o = append(o, opt.rec)
+		}
 	}
 	return o
 }

@@ -196,8 +196,14 @@ func (b *Builder) PlaceNarrowing(m plan.Mount) (bool, error) {
 	}
 	// Bind the path onto itself, then make that mount read-only: the
 	// sandbox can neither change it nor (it being a mountpoint) remove or
-	// rename it (rename(2), EBUSY).
-	if err := unix.Mount(target, target, "", unix.MS_BIND, ""); err != nil {
+	// rename it (rename(2), EBUSY). Protected paths lie inside staged
+	// grants, overlays with no mounts below them, so the plan does not ask
+	// for a recursive bind.
+	flags := uintptr(unix.MS_BIND)
+	if m.Recursive {
+		flags |= unix.MS_REC
+	}
+	if err := unix.Mount(target, target, "", flags, ""); err != nil {
 		return false, fmt.Errorf("bind protected %s: %w", m.Target, err)
 	}
 	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
