@@ -172,6 +172,9 @@ type Plan struct {
 	Session bool `json:"session,omitempty"`
 	// PTY makes the command's stdin (a pty slave) its controlling terminal.
 	PTY bool `json:"pty,omitempty"`
+	// Limits is the budget the runtime enforces: cgroup memory, pids and
+	// CPU, and the deadline, output, ops, write and scratch bounds.
+	Limits Limits `json:"limits"`
 	// MaskedPaths are hidden inside (an empty read-only file or folder
 	// over them) and ReadonlyPaths made read-only, after the root is built
 	// (DefaultMaskedPaths, DefaultReadonlyPaths). A path the root does not
@@ -246,7 +249,7 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	}
 	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session,
 		Namespaces: DefaultNamespaces(), IDMap: DefaultIDMap(), MaskedPaths: DefaultMaskedPaths(), ReadonlyPaths: DefaultReadonlyPaths(),
-		Capabilities: []string{}, NoNewPrivileges: true, Seccomp: DefaultSeccomp()}
+		Capabilities: []string{}, NoNewPrivileges: true, Seccomp: DefaultSeccomp(), Limits: limitsOf(p)}
 	lim := p.Budget()
 
 	base, err := systemBase(h)

@@ -164,3 +164,22 @@ func TestCompileNoNetworkNoProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsAreTheBudget: the plan's Limits carry the policy's budget
+// whole, so the runtime and the exports need not read the policy.
+func TestLimitsAreTheBudget(t *testing.T) {
+	p, err := policy.Parse([]byte("version: 1\nbudget:\n  max_memory: 256MiB\n  max_pids: 32\n  max_cpu: 7s\n  max_wall: 9s\n  max_output_bytes: 1000\n  max_ops: 12\n  max_scratch: 8MiB\n  max_write: 1MiB\nallow_downgrade: [max_pids, landlock]\n"), policy.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Compile(p, plan.Request{Argv: []string{"sh"}, CommandIsGranted: true}, fakeHost{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := pl.Limits.Budget(), p.Budget(); got != want {
+		t.Errorf("Limits.Budget() = %+v, want the policy's %+v", got, want)
+	}
+	if !pl.Limits.AcceptsDowngrade(policy.DowngradePids) || pl.Limits.AcceptsDowngrade(policy.DowngradeMemory) || pl.Limits.AcceptsDowngrade(policy.DowngradeLandlock) {
+		t.Errorf("Limits.Downgrades = %v, want only max_pids (landlock is RequireLandlock's)", pl.Limits.Downgrades)
+	}
+}

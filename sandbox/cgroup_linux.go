@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -16,21 +17,23 @@ import (
 var janitorOnce sync.Once
 
 // limits is the cgroup side of one run: the group (nil when the policy
-// accepted running without one) and the downgrades taken.
+// accepted running without one), the downgrades taken and the plan's CPU
+// budget for the tree.
 type limits struct {
 	done       sync.Once // finish runs once
 	group      *cgroup.Group
 	host       cgroup.Host
 	downgrades []string
+	maxCPU     time.Duration
 }
 
-// newLimits creates the run's cgroup with memory and pids limits. A missing
-// controller, or no permission to use one (rootless without delegation),
-// refuses the run unless the policy accepts the downgrade for every budget
-// that would go unenforced.
-func newLimits(p *policy.Policy, sink audit.Sink) (*limits, error) {
+// newLimits creates the run's cgroup with the plan's memory and pids
+// limits. A missing controller, or no permission to use one (rootless
+// without delegation), refuses the run unless the plan accepts the
+// downgrade for every budget that would go unenforced.
+func newLimits(lim plan.Limits, sink audit.Sink) (*limits, error) {
 	h, err := cgroup.Detect()
-	l := &limits{host: h}
+	l := &limits{host: h, maxCPU: lim.CPU}
 	if err == nil {
 		janitorOnce.Do(func() {
 			_, _ = cgroup.Janitor(h, nil) // best effort: leftovers of crashed supervisors
@@ -38,15 +41,14 @@ func newLimits(p *policy.Policy, sink audit.Sink) (*limits, error) {
 		var name string
 		name, err = cgroup.NewName(os.Getpid())
 		if err == nil {
-			b := p.Budget()
-			l.group, err = cgroup.Create(h, cgroup.Config{Name: name, MemoryBytes: b.Memory, Pids: b.Pids})
+			l.group, err = cgroup.Create(h, cgroup.Config{Name: name, MemoryBytes: lim.Memory, Pids: lim.Pids})
 		}
 	}
 	if err == nil {
 		return l, nil
 	}
 	for _, d := range []policy.Downgrade{policy.DowngradeMemory, policy.DowngradePids} {
-		if !p.AcceptsDowngrade(d) {
+		if !lim.AcceptsDowngrade(d) {
 			return nil, fmt.Errorf("cgroup limits for %s cannot be enforced here: %w; or add %q to allow_downgrade (--allow-downgrade %s) to run without them", d, err, d, d)
 		}
 	}
@@ -63,7 +65,7 @@ func (l *limits) watch(r *run, stop <-chan struct{}, kill func()) {
 	if l.group == nil {
 		return
 	}
-	maxCPU := r.c.Policy.Budget().CPU
+	maxCPU := l.maxCPU
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -118,7 +120,7 @@ func (l *limits) finishOnce(r *run) {
 		if u.CPU > 0 {
 			r.report.Usage.CPUMS = u.CPU.Milliseconds()
 		}
-		if u.CPU >= r.c.Policy.Budget().CPU {
+		if u.CPU >= l.maxCPU {
 			r.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
 		}
 	}

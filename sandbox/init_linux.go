@@ -67,7 +67,7 @@ func startInit(r *run, pl *plan.Plan, stdin io.Reader, stdout, stderr io.Writer)
 		return nil, err
 	}
 
-	ip.lim, err = newLimits(r.c.Policy, r.sink)
+	ip.lim, err = newLimits(pl.Limits, r.sink)
 	if err != nil {
 		ip.stage.close()
 		unix.Close(ip.ctl)

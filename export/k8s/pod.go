@@ -10,15 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-sandbox/airlock/plan"
-	"github.com/airlock-sandbox/airlock/policy"
 )
 
 // minMilliCPU is the smallest cpu limit written: CFS cannot enforce a
 // quota below 1ms per 100ms period.
 const minMilliCPU = 10
 
-func pod(o Options, pl *plan.Plan, p *policy.Policy, seccompPath string) (*corev1.Pod, error) {
-	lim := p.Budget()
+func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
+	lim := pl.Limits
 	deadline := int64((lim.Wall + 999_999_999) / 1_000_000_000)
 	milli := max(int64(lim.CPU/1_000_000)*1000/max(int64(lim.Wall/1_000_000), 1), minMilliCPU)
 	res := corev1.ResourceList{

@@ -95,8 +95,9 @@ var rlimitNames = map[string]string{
 	"nproc": "RLIMIT_NPROC", "as": "RLIMIT_AS", "data": "RLIMIT_DATA", "stack": "RLIMIT_STACK",
 }
 
-// Config builds the bundle for a compiled plan and the policy it came
-// from. It fails when a plan step has no OCI equivalent.
+// Config builds the bundle for a compiled plan. The policy it came from is
+// only embedded (PolicyAnnotation); everything the runtime enforces comes
+// from the plan. It fails when a plan step has no OCI equivalent.
 func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 	if pl == nil || p == nil {
 		return nil, errors.New("oci: config: plan and policy are required")
@@ -143,7 +144,7 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 			UIDMappings:   uids,
 			GIDMappings:   gids,
 			Namespaces:    ns,
-			Resources:     resources(p),
+			Resources:     resources(pl.Limits),
 			Seccomp:       sc,
 			MaskedPaths:   pl.MaskedPaths,
 			ReadonlyPaths: pl.ReadonlyPaths,
@@ -210,10 +211,10 @@ func idMappings(m plan.IDMap, hostID uint32) (uids, gids []specs.LinuxIDMapping,
 		[]specs.LinuxIDMapping{{ContainerID: 0, HostID: gid, Size: m.Size}}, nil
 }
 
-// resources maps the budget onto cgroup limits. max_cpu is CPU time, not a
-// rate, so it has no cgroup form (the plan's RLIMIT_CPU carries it).
-func resources(p *policy.Policy) *specs.LinuxResources {
-	lim := p.Budget()
+// resources maps the plan's limits onto cgroup limits. max_cpu is CPU
+// time, not a rate, so it has no cgroup form (the plan's RLIMIT_CPU
+// carries it).
+func resources(lim plan.Limits) *specs.LinuxResources {
 	mem, pids := lim.Memory, lim.Pids
 	swap := mem // memory+swap = memory: no swap
 	return &specs.LinuxResources{
