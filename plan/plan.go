@@ -1,13 +1,21 @@
-// Package plan compiles a validated policy plus a run request into an
-// ordered, printable list of enforcement steps: the sandbox's root
-// filesystem (system base, grants, scratch), the Landlock rights, the
-// egress ports, the environment and the budget. `airlock explain` prints it
-// and nsinit executes it, so what an operator reads is what the kernel gets.
+// Package plan compiles a validated policy plus a run request into the
+// complete, printable description of a sandbox: its namespaces and id
+// mapping, the root filesystem (system base, grants, scratch, with each
+// bind's device and recursion flags), the masked and read-only /proc
+// paths, the Landlock rights, the capabilities and no_new_privs, the
+// seccomp profile as data (syscalls*.go), the rlimits, the limits the
+// runtime enforces (cgroup memory, pids and CPU, deadline, output, ops,
+// writes, scratch), the egress ports, the environment and the tools.
+//
+// Every consumer reads it and derives nothing: nsinit applies it, the
+// supervisor clones and limits by it, export/oci and export/k8s translate
+// it, doctor probes with its namespaces, and `airlock explain` prints it,
+// so what an operator reads is what the kernel gets, in either backend.
 //
 // It imports only policy/... and the standard library: facts about the host
 // filesystem (symlinks, where a tool lives) come in through the Host
-// interface, so Compile is pure and testable. It stops policy drift between
-// layers: every layer reads the same Plan.
+// interface, so Compile is pure and testable. A Plan is plain data and
+// survives JSON, which is how nsinit receives it.
 package plan
 
 import (

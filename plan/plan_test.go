@@ -183,3 +183,66 @@ func TestLimitsAreTheBudget(t *testing.T) {
 		t.Errorf("Limits.Downgrades = %v, want only max_pids (landlock is RequireLandlock's)", pl.Limits.Downgrades)
 	}
 }
+
+// TestExplainRendersData changes one kernel-facing fact of a plan at a
+// time and checks that explain shows the change: what the operator reads
+// comes from the data nsinit and the exporters read, not from prose.
+func TestExplainRendersData(t *testing.T) {
+	base, err := plan.Compile(policy.Default(), plan.Request{Argv: []string{"sh"}, CommandIsGranted: true}, fakeHost{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		mutate func(*plan.Plan)
+		want   string
+	}{
+		{"namespace", func(p *plan.Plan) { p.Namespaces = append(p.Namespaces, "time") }, "uts, cgroup, time"},
+		{"host-id", func(p *plan.Plan) { p.IDMap.HostUID, p.IDMap.HostGID = 1234567, 7654321 }, "host uid 1234567, gid 0 host gid 7654321"},
+		{"id-range", func(p *plan.Plan) { p.IDMap.RootFirst = 5000 }, "from 5000 to"},
+		{"masked", func(p *plan.Plan) { p.MaskedPaths = append(p.MaskedPaths, "/proc/zz-new") }, "/proc/zz-new"},
+		{"readonly", func(p *plan.Plan) { p.ReadonlyPaths = append(p.ReadonlyPaths, "/proc/zz-ro") }, "/proc/zz-ro"},
+		{"capability", func(p *plan.Plan) { p.Capabilities = []string{"CAP_NET_RAW"} }, "capabilities kept: CAP_NET_RAW"},
+		{"no-new-privs", func(p *plan.Plan) { p.NoNewPrivileges = false }, "no_new_privs: NOT set"},
+		{"seccomp-default", func(p *plan.Plan) { p.Seccomp.Default = plan.ActENOSYS }, "any other syscall gets errno(38)"},
+		{"seccomp-group", func(p *plan.Plan) {
+			p.Seccomp.Syscalls = append(p.Seccomp.Syscalls, plan.Syscall{Name: "x", Group: "zz group", Rules: []plan.SyscallRule{{Action: plan.ActAllow}}})
+		}, "zz group                                 1 syscalls"},
+		{"seccomp-refused", func(p *plan.Plan) { p.Seccomp.Refused[0].Names = append(p.Seccomp.Refused[0].Names, "zz_refused") }, "zz_refused"},
+		{"memory", func(p *plan.Plan) { p.Limits.Memory = 3 << 20 }, "max_memory        3 MiB"},
+		{"pids", func(p *plan.Plan) { p.Limits.Pids = 77 }, "max_pids          77 "},
+		{"cpu-downgrade", func(p *plan.Plan) { p.Limits.Downgrades = []policy.Downgrade{policy.DowngradeCPU} }, "(allow_downgrade: max_cpu)"},
+		{"wall", func(p *plan.Plan) { p.Limits.Wall = 1500 * 1e6 }, "max_wall          1.5s"},
+		{"device-bind", func(p *plan.Plan) { p.Mounts[firstDevice(p)].Devices = false }, "/dev/null                          rw,nosuid,nodev,noexec,recursive"},
+		{"not-recursive", func(p *plan.Plan) { p.Mounts[firstDevice(p)].Recursive = false }, "/dev/null                          rw,nosuid,noexec  "},
+		{"rlimit-hard", func(p *plan.Plan) { p.Rlimits[0].Hard = 9 }, "core    0/9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var cp plan.Plan
+			js, err := json.Marshal(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(js, &cp); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(cp.String(), tt.want) {
+				t.Fatalf("explain already shows %q before the change", tt.want)
+			}
+			tt.mutate(&cp)
+			if got := cp.String(); !strings.Contains(got, tt.want) {
+				t.Errorf("explain after %s lacks %q:\n%s", tt.name, tt.want, got)
+			}
+		})
+	}
+}
+
+func firstDevice(p *plan.Plan) int {
+	for i, m := range p.Mounts {
+		if m.Devices {
+			return i
+		}
+	}
+	panic("no device bind in the plan")
+}
