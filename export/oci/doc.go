@@ -8,8 +8,8 @@
 // Config is pure: plan in, runtime-spec Go types out; the policy is read
 // only to embed it as an annotation. Everything the runtime is told comes
 // from the plan, which is what nsinit applies too, so a bundle cannot drift
-// from airlock's own sandbox (parity_linux_test.go checks it field by
-// field). Facts about the host (where tools live, which base paths exist)
+// from airlock's own sandbox (internal/enforce/nsinit's TestOCIParity
+// checks it fact by fact). Facts about the host (where tools live, which base paths exist)
 // are already in the plan, which the caller compiles (cmd/airlock uses
 // sandbox.Cmd.Plan). Write puts a bundle on disk.
 //

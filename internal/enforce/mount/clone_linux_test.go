@@ -76,6 +76,38 @@ func TestCloneAttrUnchanged(t *testing.T) {
 	}
 }
 
+// TestMountFlagsUnchanged checks the flags of the steps that are not
+// clones against the ones the Builder hard-coded before they came from the
+// plan.
+func TestMountFlagsUnchanged(t *testing.T) {
+	const was = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	p, err := policyFor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.Compile(p, plan.Request{Argv: []string{"sh"}, CommandIsGranted: true}, host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.Mounts = append(pl.Mounts,
+		plan.Mount{Kind: plan.KindStagedFile, Source: "/data/f", Target: "/data/f", Writable: true, File: true, Origin: plan.OriginFSWrite},
+		plan.Mount{Kind: plan.KindReadonly, Target: "/data/out/.git/hooks", Dir: true, Origin: plan.OriginSandbox})
+	seen := map[plan.Kind]bool{}
+	for _, m := range pl.Mounts {
+		want, ok := map[plan.Kind]uintptr{plan.KindOverlay: was, plan.KindStagedFile: was, plan.KindReadonly: was | unix.MS_RDONLY}[m.Kind]
+		if !ok {
+			continue
+		}
+		seen[m.Kind] = true
+		if got := MountFlags(m); got != want {
+			t.Errorf("MountFlags(%s %s) = %#x, want %#x", m.Kind, m.Target, got, want)
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("covered %v, want overlay, staged-file and readonly", seen)
+	}
+}
+
 // TestCloneAttrRefusesDevicesOnGrants: only the sandbox's own device binds
 // may keep device nodes; a grant that asked would expose the host's.
 func TestCloneAttrRefusesDevicesOnGrants(t *testing.T) {

@@ -93,6 +93,23 @@ func CloneAttr(m plan.Mount) (uint64, error) {
 	return attr, nil
 }
 
+// MountFlags returns the MS_* flags (mount(2)) a step that is not a clone
+// gets from m.Flags(): the overlay of a staged folder, the bind of a
+// staged file's copy, a read-only narrowing.
+func MountFlags(m plan.Mount) uintptr {
+	f := m.Flags()
+	var ms uintptr
+	for _, b := range []struct {
+		on  bool
+		bit uintptr
+	}{{f.ReadOnly, unix.MS_RDONLY}, {f.NoSuid, unix.MS_NOSUID}, {f.NoDev, unix.MS_NODEV}, {f.NoExec, unix.MS_NOEXEC}} {
+		if b.on {
+			ms |= b.bit
+		}
+	}
+	return ms
+}
+
 // Builder assembles a new root directory.
 type Builder struct {
 	Root   string // absolute directory the root tmpfs is mounted on
