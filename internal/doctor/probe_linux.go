@@ -210,7 +210,8 @@ func probeIDMap() error {
 		return fmt.Errorf("open probe user namespace: %w", err)
 	}
 	defer unix.Close(ns)
-	tree, err := mount.Clone(plan.Mount{Kind: plan.KindBind, Source: dir, Target: dir, Writable: true, IDMap: true, Origin: "doctor"}, ns)
+	// Cloned as a grant is: recursive, with the plan's flags.
+	tree, err := mount.Clone(plan.Mount{Kind: plan.KindBind, Source: dir, Target: dir, Writable: true, IDMap: true, Recursive: true, Origin: "doctor"}, ns)
 	if err != nil {
 		return err
 	}
