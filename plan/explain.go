@@ -150,14 +150,14 @@ func (l Limits) write(b *strings.Builder) {
 		value, how string
 		downgrade  policy.Downgrade
 	}{
-		{budget.MaxMemory, bytes(l.Memory), "cgroup memory limit, no swap (an OOM kill halts the run)", policy.DowngradeMemory},
+		{budget.MaxMemory, sizeOf(l.Memory), "cgroup memory limit, no swap (an OOM kill halts the run)", policy.DowngradeMemory},
 		{budget.MaxPids, fmt.Sprint(l.Pids), "cgroup pids limit: tasks at once (a refused fork halts the run)", policy.DowngradePids},
 		{budget.MaxCPU, l.CPU.String(), "CPU time of the whole tree, from the cgroup's counter; RLIMIT_CPU per process", policy.DowngradeCPU},
 		{budget.MaxWall, l.Wall.String(), "from the start; then every process is killed", ""},
-		{budget.MaxOutputBytes, bytes(l.Output), "of stdout and stderr captured", ""},
+		{budget.MaxOutputBytes, sizeOf(l.Output), "of stdout and stderr captured", ""},
 		{budget.MaxOps, fmt.Sprint(l.Ops), "proxy connections and file operations", ""},
-		{budget.MaxWrite, bytes(l.Write), "added to the fs_write grants (the stage)", ""},
-		{budget.MaxScratch, bytes(l.Scratch), "of /tmp (its tmpfs)", ""},
+		{budget.MaxWrite, sizeOf(l.Write), "added to the fs_write grants (the stage)", ""},
+		{budget.MaxScratch, sizeOf(l.Scratch), "of /tmp (its tmpfs)", ""},
 	}
 	for _, r := range rows {
 		fmt.Fprintf(b, "  %-17s %-12s %s\n", r.key, r.value, r.how)
@@ -167,8 +167,8 @@ func (l Limits) write(b *strings.Builder) {
 	}
 }
 
-// bytes prints n bytes, with the binary unit when it is exact.
-func bytes(n int64) string {
+// sizeOf prints n bytes, with the binary unit when it is exact.
+func sizeOf(n int64) string {
 	for _, u := range []struct {
 		shift uint
 		name  string

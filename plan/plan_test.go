@@ -83,7 +83,11 @@ func TestCompileGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zero := "\"seccomp\": {\n    \"default\": \"action(0x0)\",\n    \"syscalls\": null\n  }"
+	zeroJS, err := json.MarshalIndent(plan.Seccomp{}, "  ", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := "\"seccomp\": " + string(zeroJS)
 	if !bytes.Contains(restJS, []byte(zero)) {
 		t.Fatalf("plan.json: no empty seccomp section to replace in\n%s", restJS)
 	}

@@ -1,7 +1,10 @@
 package plan
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -33,6 +36,63 @@ type Seccomp struct {
 	Refused []SyscallGroup `json:"refused,omitempty"`
 }
 
+// seccompJSON is Seccomp on the wire: the syscalls that are allowed
+// whatever their arguments (most of them) as names by group, the others
+// with their rules. It is a fifth of the size of the plain form, which
+// nsinit would spend over a millisecond decoding on every start.
+type seccompJSON struct {
+	Default  Action         `json:"default"`
+	Allow    []SyscallGroup `json:"allow"`
+	Syscalls []Syscall      `json:"syscalls"`
+	Refused  []SyscallGroup `json:"refused,omitempty"`
+}
+
+// plainAllow reports whether sc is allowed whatever its arguments, with
+// nothing but a group to say about it.
+func plainAllow(sc Syscall) bool {
+	return sc.Why == "" && len(sc.Rules) == 1 && sc.Rules[0].Action == ActAllow && len(sc.Rules[0].Conds) == 0
+}
+
+// MarshalJSON writes the compact wire form.
+func (s Seccomp) MarshalJSON() ([]byte, error) {
+	w := seccompJSON{Default: s.Default, Allow: []SyscallGroup{}, Syscalls: []Syscall{}, Refused: s.Refused}
+	index := map[string]int{}
+	for _, sc := range s.Syscalls {
+		if !plainAllow(sc) {
+			w.Syscalls = append(w.Syscalls, sc)
+			continue
+		}
+		i, ok := index[sc.Group]
+		if !ok {
+			i = len(w.Allow)
+			index[sc.Group] = i
+			w.Allow = append(w.Allow, SyscallGroup{Name: sc.Group})
+		}
+		w.Allow[i].Names = append(w.Allow[i].Names, sc.Name)
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes: Syscalls come back sorted
+// by name, as Validate and the compiler expect them.
+func (s *Seccomp) UnmarshalJSON(b []byte) error {
+	var w seccompJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	out := Seccomp{Default: w.Default, Syscalls: w.Syscalls, Refused: w.Refused}
+	for _, g := range w.Allow {
+		for _, name := range g.Names {
+			out.Syscalls = append(out.Syscalls, Syscall{Name: name, Group: g.Name, Rules: []SyscallRule{{Action: ActAllow}}})
+		}
+	}
+	slices.SortFunc(out.Syscalls, func(a, b Syscall) int { return strings.Compare(a.Name, b.Name) })
+	*s = out
+	return nil
+}
+
 // Syscall gives the rules for one syscall.
 type Syscall struct {
 	// Name is the kernel's name for the syscall, as in asm/unistd.h and
@@ -56,7 +116,7 @@ type Syscall struct {
 // SyscallGroup is a named set of syscalls with the reason for it.
 type SyscallGroup struct {
 	Name  string   `json:"name"`
-	Why   string   `json:"why"`
+	Why   string   `json:"why,omitempty"`
 	Names []string `json:"names"`
 }
 

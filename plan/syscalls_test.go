@@ -2,6 +2,7 @@ package plan
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -174,5 +175,38 @@ func TestActionString(t *testing.T) {
 				t.Errorf("Action(%#x).String() = %q, want %q", uint32(tt.a), got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSeccompJSON: the compact wire form nsinit reads gives back the same
+// profile, refuses what it does not know, and a name listed both ways
+// does not validate.
+func TestSeccompJSON(t *testing.T) {
+	s := DefaultSeccomp()
+	js, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Seccomp
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, s) {
+		t.Fatal("DefaultSeccomp does not survive JSON")
+	}
+	for name, bad := range map[string]string{
+		"unknown-field": `{"default":"errno(1)","allow":[],"syscalls":[],"extra":1}`,
+		"bad-action":    `{"default":"trap","allow":[],"syscalls":[]}`,
+	} {
+		if err := json.Unmarshal([]byte(bad), &back); err == nil {
+			t.Errorf("%s: Unmarshal(%s) = nil error, want an error", name, bad)
+		}
+	}
+	twice := `{"default":"errno(1)","allow":[{"name":"g","names":["read"]}],"syscalls":[{"name":"read","rules":[{"action":"errno(1)"}]}]}`
+	if err := json.Unmarshal([]byte(twice), &back); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Validate(); err == nil {
+		t.Error("a syscall both allowed by group and listed with rules validates")
 	}
 }
