@@ -57,6 +57,10 @@ func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
 	if len(pl.Argv) == 0 {
 		return nil, fmt.Errorf("k8s: export: the plan has no command")
 	}
+	if len(pl.Capabilities) != 0 || !pl.NoNewPrivileges {
+		return nil, fmt.Errorf("k8s: export: the plan keeps capabilities %v or lacks no_new_privileges: compile it with plan.Compile", pl.Capabilities)
+	}
+	escalate := !pl.NoNewPrivileges // allowPrivilegeEscalation is no_new_privs, inverted
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: meta(o, o.Name, labels(o, "sandbox")),
@@ -81,7 +85,7 @@ func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
 				VolumeMounts: mounts,
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
-					Privileged: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+					Privileged: &no, AllowPrivilegeEscalation: &escalate, ReadOnlyRootFilesystem: &yes,
 					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &seccompPath},
 				},
