@@ -1,13 +1,21 @@
-// Package plan compiles a validated policy plus a run request into an
-// ordered, printable list of enforcement steps: the sandbox's root
-// filesystem (system base, grants, scratch), the Landlock rights, the
-// egress ports, the environment and the budget. `airlock explain` prints it
-// and nsinit executes it, so what an operator reads is what the kernel gets.
+// Package plan compiles a validated policy plus a run request into the
+// complete, printable description of a sandbox: its namespaces and id
+// mapping, the root filesystem (system base, grants, scratch, with each
+// bind's device and recursion flags), the masked and read-only /proc
+// paths, the Landlock rights, the capabilities and no_new_privs, the
+// seccomp profile as data (syscalls*.go), the rlimits, the limits the
+// runtime enforces (cgroup memory, pids and CPU, deadline, output, ops,
+// writes, scratch), the egress ports, the environment and the tools.
+//
+// Every consumer reads it and derives nothing: nsinit applies it, the
+// supervisor clones and limits by it, export/oci and export/k8s translate
+// it, doctor probes with its namespaces, and `airlock explain` prints it,
+// so what an operator reads is what the kernel gets, in either backend.
 //
 // It imports only policy/... and the standard library: facts about the host
 // filesystem (symlinks, where a tool lives) come in through the Host
-// interface, so Compile is pure and testable. It stops policy drift between
-// layers: every layer reads the same Plan.
+// interface, so Compile is pure and testable. A Plan is plain data and
+// survives JSON, which is how nsinit receives it.
 package plan
 
 import (
@@ -70,6 +78,34 @@ type Mount struct {
 	// Dir says a KindReadonly or KindHide target is a folder.
 	Dir bool   `json:"dir,omitempty"`
 	Why string `json:"why,omitempty"` // what the narrowing protects against
+	// Devices keeps device nodes usable on a bind (no nodev): the device
+	// binds under /dev, nothing else.
+	Devices bool `json:"devices,omitempty"`
+	// File says a bind's source is a file or a device, not a folder:
+	// nothing can be mounted below it. Unknown (false) for a source that
+	// was absent when the plan was compiled.
+	File bool `json:"file,omitempty"`
+	// Recursive brings the mounts below Source along (open_tree
+	// AT_RECURSIVE, an OCI rbind), each with the same flags. Compile sets
+	// it on every step that binds a host path: a grant shows what is on
+	// the host at that path, and a mount below it can neither be writable
+	// nor keep suid or device nodes.
+	Recursive bool `json:"recursive,omitempty"`
+}
+
+// MountFlags are the mount attributes a bind step gets.
+type MountFlags struct {
+	ReadOnly, NoSuid, NoDev, NoExec bool
+	// Recursive applies them to the mounts below the target too.
+	Recursive bool
+}
+
+// Flags returns the attributes of a bind step (KindBind, KindOverlay,
+// KindStagedFile, KindReadonly) as the sandbox sees it: read-only unless
+// Writable, always nosuid, nodev unless Devices, noexec unless Exec. nsinit
+// (internal/enforce/mount), export/oci and explain all read them here.
+func (m Mount) Flags() MountFlags {
+	return MountFlags{ReadOnly: !m.Writable, NoSuid: true, NoDev: !m.Devices, NoExec: !m.Exec, Recursive: m.Recursive}
 }
 
 // Access bits for Landlock rules.
@@ -114,6 +150,12 @@ const (
 
 // Plan is everything nsinit needs, in order. It is plain data (JSON).
 type Plan struct {
+	// Namespaces are the new namespaces the sandbox's init is cloned into
+	// (DefaultNamespaces).
+	Namespaces []Namespace `json:"namespaces"`
+	// IDMap is who root inside is on the host (DefaultIDMap).
+	IDMap IDMap `json:"id_map"`
+
 	Argv     []string `json:"argv"` // argv[0] is the absolute path inside the sandbox
 	Env      []string `json:"env"`
 	Cwd      string   `json:"cwd"`
@@ -138,13 +180,35 @@ type Plan struct {
 	Session bool `json:"session,omitempty"`
 	// PTY makes the command's stdin (a pty slave) its controlling terminal.
 	PTY bool `json:"pty,omitempty"`
+	// Limits is the budget the runtime enforces: cgroup memory, pids and
+	// CPU, and the deadline, output, ops, write and scratch bounds.
+	Limits Limits `json:"limits"`
+	// MaskedPaths are hidden inside (an empty read-only file or folder
+	// over them) and ReadonlyPaths made read-only, after the root is built
+	// (DefaultMaskedPaths, DefaultReadonlyPaths). A path the root does not
+	// have is skipped.
+	MaskedPaths   []string `json:"masked_paths"`
+	ReadonlyPaths []string `json:"readonly_paths"`
+	// Capabilities the command keeps: none. nsinit empties every set and
+	// refuses a plan that lists any.
+	Capabilities []string `json:"capabilities"`
+	// NoNewPrivileges sets no_new_privs: execve never grants privileges
+	// (setuid, file capabilities). Always true; seccomp needs it.
+	NoNewPrivileges bool `json:"no_new_privileges"`
+	// Seccomp is the syscall filter nsinit installs last, right before
+	// execve (DefaultSeccomp).
+	Seccomp Seccomp `json:"seccomp"`
 }
 
 // Rlimit is one resource limit; Resource is the name from getrlimit(2).
 type Rlimit struct {
 	Resource string `json:"resource"`
-	Value    uint64 `json:"value"`
-	Why      string `json:"why"`
+	Value    uint64 `json:"value"` // the soft limit
+	// Hard is the hard limit, at least Value: RLIMIT_CPU's is a second
+	// above, so the kernel sends SIGXCPU at the soft limit and SIGKILL a
+	// second later.
+	Hard uint64 `json:"hard"`
+	Why  string `json:"why"`
 }
 
 // Host answers the questions Compile must ask about the host filesystem.
@@ -191,7 +255,9 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	if !req.Session && (len(req.Argv) == 0 || req.Argv[0] == "") {
 		return nil, fmt.Errorf("%w: no command given: put it after --", ErrBadRequest)
 	}
-	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session}
+	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session,
+		Namespaces: DefaultNamespaces(), IDMap: DefaultIDMap(), MaskedPaths: DefaultMaskedPaths(), ReadonlyPaths: DefaultReadonlyPaths(),
+		Capabilities: []string{}, NoNewPrivileges: true, Seccomp: DefaultSeccomp(), Limits: limitsOf(p)}
 	lim := p.Budget()
 
 	base, err := systemBase(h)
@@ -217,7 +283,7 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		if !seen[inside] {
 			seen[inside] = true
 			pl.Tools = append(pl.Tools, inside)
-			toolMounts = append(toolMounts, Mount{Kind: KindBind, Source: real, Target: inside, Exec: true, Origin: origin})
+			toolMounts = append(toolMounts, Mount{Kind: KindBind, Source: real, Target: inside, Exec: true, File: true, Origin: origin})
 			pl.Rules = append(pl.Rules, Rule{Path: inside, Access: Read | Execute, Origin: origin})
 		}
 		return inside, nil
@@ -248,7 +314,11 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	// Grants: parents before children so nested grants stack correctly.
 	var grants []Mount
 	for _, r := range p.FSRead() {
-		grants = append(grants, Mount{Kind: KindBind, Source: r, Target: r, IDMap: true, Origin: OriginFSRead})
+		// Only to know whether the grant is a file; the bind itself
+		// refuses what is wrong with the path when the sandbox starts.
+		exists, dir, link, err := h.Lstat(r)
+		file := err == nil && exists && !dir && link == ""
+		grants = append(grants, Mount{Kind: KindBind, Source: r, Target: r, IDMap: true, File: file, Origin: OriginFSRead})
 		pl.Rules = append(pl.Rules, Rule{Path: r, Access: Read, Origin: OriginFSRead})
 	}
 	stage, staged, err := stageSteps(p, h)
@@ -304,11 +374,17 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		pl.Proxy = true
 		pl.Env = append(pl.Env, proxyEnv()...)
 	}
+	fsize := uint64(max(lim.Scratch, 1<<30))
+	cpu := uint64((lim.CPU + 999_999_999) / 1_000_000_000)
 	pl.Rlimits = []Rlimit{
-		{Resource: "core", Value: 0, Why: "no core dumps of sandboxed memory"},
-		{Resource: "nofile", Value: 1024, Why: "bounded file descriptors"},
-		{Resource: "fsize", Value: uint64(max(lim.Scratch, 1<<30)), Why: "no single file larger than the scratch or 1 GiB"},
-		{Resource: "cpu", Value: uint64((lim.CPU + 999_999_999) / 1_000_000_000), Why: "max_cpu, per process (the cgroup counts the whole tree)"},
+		{Resource: "core", Value: 0, Hard: 0, Why: "no core dumps of sandboxed memory"},
+		{Resource: "nofile", Value: 1024, Hard: 1024, Why: "bounded file descriptors"},
+		{Resource: "fsize", Value: fsize, Hard: fsize, Why: "no single file larger than the scratch or 1 GiB"},
+		{Resource: "cpu", Value: cpu, Hard: cpu + 1, Why: "max_cpu, per process (the cgroup counts the whole tree); SIGXCPU, then SIGKILL a second later"},
+	}
+	for i := range pl.Mounts {
+		// Every step that binds a host path brings the mounts below it.
+		pl.Mounts[i].Recursive = pl.Mounts[i].Cloned()
 	}
 	return pl, nil
 }

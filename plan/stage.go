@@ -36,7 +36,7 @@ func stageSteps(p *policy.Policy, h Host) (stage Mount, grants []Mount, err erro
 		}
 		m := Mount{Kind: KindOverlay, Source: w, Target: w, Writable: true, IDMap: true, Origin: OriginFSWrite, Stage: i}
 		if exists && !dir && link == "" {
-			m.Kind = KindStagedFile
+			m.Kind, m.File = KindStagedFile, true
 		}
 		grants = append(grants, m)
 	}

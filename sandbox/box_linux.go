@@ -95,7 +95,7 @@ func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box,
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.sink = audit.Tee{&b.rec, cfg.Audit}
-	b.meter = budget.NewMeter(cfg.Policy.Budget(), cfg.Clock)
+	b.meter = budget.NewMeter(pl.Limits.Budget(), cfg.Clock)
 	b.fs = startFSAudit(b)
 	go b.supervise(ctx, be)
 	if err := <-b.ready; err != nil {

@@ -12,44 +12,50 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
 var janitorOnce sync.Once
 
+// janitorCooldown is how long one supervisor's janitor pass spares the
+// others below the same cgroup theirs (cgroup.JanitorShared).
+const janitorCooldown = time.Second
+
 // limits is the cgroup side of one run: the group (nil when the policy
-// accepted running without one) and the downgrades taken.
+// accepted running without one), the downgrades taken and the plan's CPU
+// budget for the tree.
 type limits struct {
 	done       sync.Once // finish runs once
 	group      *cgroup.Group
 	host       cgroup.Host
 	downgrades []string
+	maxCPU     time.Duration
 }
 
-// newLimits creates the run's cgroup with memory and pids limits. A missing
-// controller, or no permission to use one (rootless without delegation),
-// refuses the run unless the policy accepts the downgrade for every budget
-// that would go unenforced.
-func newLimits(p *policy.Policy, sink audit.Sink) (*limits, error) {
+// newLimits creates the run's cgroup with the plan's memory and pids
+// limits. A missing controller, or no permission to use one (rootless
+// without delegation), refuses the run unless the plan accepts the
+// downgrade for every budget that would go unenforced.
+func newLimits(lim plan.Limits, sink audit.Sink) (*limits, error) {
 	h, err := cgroup.Detect()
-	l := &limits{host: h}
+	l := &limits{host: h, maxCPU: lim.CPU}
 	if err == nil {
 		janitorOnce.Do(func() {
-			_, _ = cgroup.Janitor(h, nil) // best effort: leftovers of crashed supervisors
+			_, _, _ = cgroup.JanitorShared(h, janitorCooldown) // best effort: leftovers of crashed supervisors
 		})
 		var name string
 		name, err = cgroup.NewName(os.Getpid())
 		if err == nil {
-			b := p.Budget()
-			l.group, err = cgroup.Create(h, cgroup.Config{Name: name, MemoryBytes: b.Memory, Pids: b.Pids})
+			l.group, err = cgroup.Create(h, cgroup.Config{Name: name, MemoryBytes: lim.Memory, Pids: lim.Pids})
 		}
 	}
 	if err == nil {
 		return l, nil
 	}
 	for _, d := range []policy.Downgrade{policy.DowngradeMemory, policy.DowngradePids} {
-		if !p.AcceptsDowngrade(d) {
+		if !lim.AcceptsDowngrade(d) {
 			return nil, fmt.Errorf("cgroup limits for %s cannot be enforced here: %w; or add %q to allow_downgrade (--allow-downgrade %s) to run without them", d, err, d, d)
 		}
 	}
@@ -98,7 +104,7 @@ func (l *limits) watch(b *box, stop <-chan struct{}, kill func()) {
 	if l.group == nil {
 		return
 	}
-	maxCPU := b.cfg.Policy.Budget().CPU
+	maxCPU := l.maxCPU
 	ncpu := possibleCPUs()
 	n, err := l.group.Notify() // nil on error: the timer alone paces the reads
 	if err != nil {
@@ -225,7 +231,7 @@ func (l *limits) finishOnce(b *box) Usage {
 		}
 	}
 	u, ok := l.usage()
-	if ok && u.CPUMS >= b.cfg.Policy.Budget().CPU.Milliseconds() {
+	if ok && u.CPUMS >= l.maxCPU.Milliseconds() {
 		b.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time")
 	}
 	if err := l.group.Destroy(); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -146,7 +146,7 @@ func (e *execRun) finish(exit *nsinit.Message, sio *stdio, argv0 string) {
 	_, e.report.Usage.OutputBytes = e.meter.Usage()
 	// RLIMIT_CPU is max_cpu per process: the kernel ends a process that
 	// used it (SIGXCPU at the soft limit, SIGKILL at the hard one).
-	if maxCPU := b.cfg.Policy.Budget().CPU; exit.Signal == int(unix.SIGXCPU) || exit.Signal != 0 && exit.CPUMS >= maxCPU.Milliseconds() {
+	if maxCPU := b.pl.Limits.CPU; exit.Signal == int(unix.SIGXCPU) || exit.Signal != 0 && exit.CPUMS >= maxCPU.Milliseconds() {
 		e.halt(budget.MaxCPU, "the process tree used max_cpu of CPU time and was killed")
 	}
 	if !e.reportHalt() {

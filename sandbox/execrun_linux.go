@@ -31,13 +31,12 @@ type execRun struct {
 }
 
 func newExecRun(b *box, wall time.Duration, whole bool) *execRun {
-	lim := b.cfg.Policy.Budget()
 	left := time.Until(b.meter.Deadline())
 	if wall <= 0 || wall > left {
 		wall = left
 	}
 	e := &execRun{b: b, start: time.Now(), whole: whole, cpuBefore: b.lim.cpu(), report: &Report{Denials: []Denial{}},
-		meter: budget.NewMeter(budget.Limits{OutputBytes: lim.OutputBytes, Wall: max(wall, time.Millisecond)}, b.cfg.Clock)}
+		meter: budget.NewMeter(budget.Limits{OutputBytes: b.pl.Limits.Output, Wall: max(wall, time.Millisecond)}, b.cfg.Clock)}
 	e.report.Enforcement = b.enf
 	return e
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
+	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/plan"
 )
@@ -22,18 +23,18 @@ import (
 // pid 1 of new user, mount, pid, net, ipc, uts and cgroup namespaces.
 type nsBackend struct{}
 
-const cloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-	unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
-
 // launch starts the init for b.pl: staged grants opened, the cgroup made,
 // namespaces, the plan, idmapped grants and the "go" message. On error
 // nothing is left running.
 func (nsBackend) launch(b *box) (*control, error) {
-	var err error
+	cloneFlags, err := namespace.CloneFlags(b.pl.Namespaces)
+	if err != nil {
+		return nil, err
+	}
 	if b.stage, err = openStaging(b.pl); err != nil {
 		return nil, err
 	}
-	if b.lim, err = newLimits(b.cfg.Policy, b.sink); err != nil {
+	if b.lim, err = newLimits(b.pl.Limits, b.sink); err != nil {
 		b.stage.close()
 		return nil, err
 	}
@@ -41,7 +42,7 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if b.lim.group != nil {
 		b.enf.Cgroup = b.lim.host.Version
 	}
-	ctl, err := startInit(b)
+	ctl, err := startInit(b, cloneFlags)
 	if err != nil {
 		b.lim.finish(b)
 		b.stage.close()
@@ -51,7 +52,7 @@ func (nsBackend) launch(b *box) (*control, error) {
 }
 
 // startInit starts the init process and hands the plan over.
-func startInit(b *box) (*control, error) {
+func startInit(b *box, cloneFlags uintptr) (*control, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("plan pipe: %w", err)
@@ -81,7 +82,7 @@ func startInit(b *box) (*control, error) {
 	root := os.Geteuid() == 0
 	id, gid := os.Getuid(), os.Getgid()
 	if root {
-		id = hostID()
+		id = hostID(b.pl)
 		gid = id
 		b.sandboxID = id
 	}
@@ -238,7 +239,7 @@ func (b *box) serveProxy(fds []int) {
 		return
 	}
 	p, err := egress.New(egress.Config{Policy: b.cfg.Policy, Meter: b.meter, Audit: b.sink, Resolver: b.cfg.Resolver, Dialer: b.cfg.Dialer, Logger: b.log,
-		MaxConns: proxyConnCap(b.cfg.Policy.Budget().Pids, b.cfg.MaxProxyConns), AgentAdvice: b.cfg.AgentAdvice})
+		MaxConns: proxyConnCap(b.pl.Limits.Pids, b.cfg.MaxProxyConns), AgentAdvice: b.cfg.AgentAdvice})
 	if err != nil {
 		b.log.Error("egress", "err", err) // no proxy: the sandbox has no way out at all
 		return

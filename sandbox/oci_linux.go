@@ -59,7 +59,7 @@ func (o ociBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := hostID()
+	id := hostID(b.pl)
 	if err := checkReadable(b.cfg.Policy.FSWrite(), uint32(id)); err != nil {
 		return nil, err
 	}

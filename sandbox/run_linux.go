@@ -134,10 +134,13 @@ func planExitCode(err error) int {
 }
 
 // hostID picks the unprivileged host uid/gid the sandbox runs as when the
-// supervisor is root: random per run, far above ordinary accounts, so two
-// sandboxes never share an identity with each other or with a host user.
-func hostID() int {
+// supervisor is root, by the plan's rule (plan.IDMap: random per run, far
+// above ordinary accounts, so two sandboxes never share an identity with
+// each other or with a host user), and records it in the plan.
+func hostID(pl *plan.Plan) int {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
-	return 1<<30 + int(binary.LittleEndian.Uint32(b[:])%(1<<24))
+	id := pl.IDMap.Pick(binary.LittleEndian.Uint32(b[:]))
+	pl.IDMap.HostUID, pl.IDMap.HostGID = id, id
+	return int(id)
 }

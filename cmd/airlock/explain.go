@@ -12,9 +12,12 @@ import (
 const explainSynopsis = `airlock explain [--policy FILE] [flags] [-- COMMAND [ARG]...]
 
 Prints the policy and the plan that 'airlock run' would enforce for it:
-every mount of the sandbox's root (and the grant or system base behind it),
-the Landlock rules, the network, the process restrictions, the environment
-and the budget. Nothing is started. COMMAND defaults to sh.
+the namespaces and the id mapping, every mount of the sandbox's root (with
+its flags, and the grant or system base behind it), the masked and
+read-only /proc paths, the Landlock rules, the network, the capabilities
+and no_new_privs, the seccomp allow-list by group, the limits, the
+environment and the rlimits. It is the plan nsinit and the exports read.
+Nothing is started. COMMAND defaults to sh.
 
 example:
   airlock explain --policy examples/data-analysis.yaml -- python3 analyse.py`

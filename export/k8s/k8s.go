@@ -82,7 +82,8 @@ type Manifests struct {
 }
 
 // Export builds the manifests for a compiled plan and the policy it came
-// from.
+// from. Everything the Pod is given comes from the plan; the policy is
+// only handed to the egress proxy (its ConfigMap).
 func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if pl == nil || p == nil {
 		return nil, errors.New("k8s: export: plan and policy are required")
@@ -91,7 +92,7 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := oci.Seccomp(o.Arch)
+	sc, err := oci.Seccomp(pl.Seccomp, o.Arch)
 	if err != nil {
 		return nil, fmt.Errorf("k8s: export: %w", err)
 	}
@@ -107,7 +108,7 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 		m.ProxyConfig, m.Proxy, m.ProxyService, m.ProxyPolicy = proxyObjects(o, string(pj))
 	}
 	m.SandboxPolicy = sandboxPolicy(o, pl.Proxy)
-	if m.Pod, err = pod(o, pl, p, m.SeccompPath); err != nil {
+	if m.Pod, err = pod(o, pl, m.SeccompPath); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -168,7 +168,7 @@ func TestExportDecodesAndHoldsTogether(t *testing.T) {
 			if err := dec.Decode(&sc); err != nil {
 				t.Fatalf("seccomp profile: %v", err)
 			}
-			want, err := oci.Seccomp("amd64")
+			want, err := oci.Seccomp(plan.DefaultSeccomp(), "amd64")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,15 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-sandbox/airlock/plan"
-	"github.com/airlock-sandbox/airlock/policy"
 )
 
 // minMilliCPU is the smallest cpu limit written: CFS cannot enforce a
 // quota below 1ms per 100ms period.
 const minMilliCPU = 10
 
-func pod(o Options, pl *plan.Plan, p *policy.Policy, seccompPath string) (*corev1.Pod, error) {
-	lim := p.Budget()
+func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
+	lim := pl.Limits
 	deadline := int64((lim.Wall + 999_999_999) / 1_000_000_000)
 	milli := max(int64(lim.CPU/1_000_000)*1000/max(int64(lim.Wall/1_000_000), 1), minMilliCPU)
 	res := corev1.ResourceList{
@@ -58,6 +57,10 @@ func pod(o Options, pl *plan.Plan, p *policy.Policy, seccompPath string) (*corev
 	if len(pl.Argv) == 0 {
 		return nil, fmt.Errorf("k8s: export: the plan has no command")
 	}
+	if len(pl.Capabilities) != 0 || !pl.NoNewPrivileges {
+		return nil, fmt.Errorf("k8s: export: the plan keeps capabilities %v or lacks no_new_privileges: compile it with plan.Compile", pl.Capabilities)
+	}
+	escalate := !pl.NoNewPrivileges // allowPrivilegeEscalation is no_new_privs, inverted
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: meta(o, o.Name, labels(o, "sandbox")),
@@ -82,7 +85,7 @@ func pod(o Options, pl *plan.Plan, p *policy.Policy, seccompPath string) (*corev
 				VolumeMounts: mounts,
 				SecurityContext: &corev1.SecurityContext{
 					RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
-					Privileged: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+					Privileged: &no, AllowPrivilegeEscalation: &escalate, ReadOnlyRootFilesystem: &yes,
 					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &seccompPath},
 				},

@@ -5,19 +5,21 @@
 // no_new_privs, rlimits, cgroup limits from the budget and the same
 // seccomp allow-list.
 //
-// Config is pure: plan and policy in, runtime-spec Go types out. Facts
-// about the host (where tools live, which base paths exist) are already in
-// the plan, which the caller compiles (cmd/airlock uses sandbox.Cmd.Plan).
-// Write puts a bundle on disk.
+// Config is pure: plan in, runtime-spec Go types out; the policy is read
+// only to embed it as an annotation. Everything the runtime is told comes
+// from the plan, which is what nsinit applies too, so a bundle cannot drift
+// from airlock's own sandbox (internal/enforce/nsinit's TestOCIParity
+// checks it fact by fact). Facts about the host (where tools live, which base paths exist)
+// are already in the plan, which the caller compiles (cmd/airlock uses
+// sandbox.Cmd.Plan). Write puts a bundle on disk.
 //
 // # Imports
 //
-// It must not import sandbox or any internal/enforce package, with one
-// exception that deps_test.go allows by name: internal/enforce/seccomp,
-// whose DefaultProfile is plain data. Copying the allow-list here instead
-// would let the exported profile drift from the one airlock installs,
-// which is the attack this package exists to prevent (a bundle that looks
-// like airlock's sandbox but lets io_uring or unshare through).
+// It must not import sandbox or any internal/enforce package: the seccomp
+// profile is the plan's data (plan.Seccomp), not the enforcement
+// package's, so the exported filter is the installed one by construction
+// (a bundle that looks like airlock's sandbox but lets io_uring or unshare
+// through is the attack this package exists to prevent).
 //
 // # Seccomp without rule order
 //
@@ -40,5 +42,7 @@
 // by the runtime. max_cpu becomes RLIMIT_CPU per process only: cgroups have
 // no total-CPU-time limit. fs_write directories must be writable by
 // Options.HostID, because runc 1.1 and crun 1.8 have no idmapped mounts
-// for binds.
+// for binds. Binds are recursive, as in airlock's own init, with recursive
+// attributes (see Version); crun 1.8 clones a bind in a user namespace
+// without the mounts below it, so under crun those are hidden instead.
 package oci

@@ -14,14 +14,18 @@ import (
 )
 
 // DefaultHostID is the host uid and gid that uid 0 in the bundle maps to
-// when Options.HostID is zero: far above ordinary accounts and the usual
-// subordinate id ranges, like the ids `airlock run` picks.
+// when neither the plan (IDMap.HostUID) nor Options.HostID names one: the
+// first id of the range a root supervisor picks from (plan.IDMap), far
+// above ordinary accounts and the usual subordinate id ranges.
 const DefaultHostID = 1 << 30
 
-// Version is the ociVersion written. The config uses only what runtime-spec
+// Version is the ociVersion written. The config uses what runtime-spec
 // 1.0.2 defines, plus defaultErrnoRet (1.1), which an older runtime ignores
-// and whose value, EPERM, is its default anyway. crun 1.8 refuses any
-// version but 1.0.x, so the bundle claims the oldest one it fits.
+// and whose value, EPERM, is its default anyway, and the recursive mount
+// attributes rro, rnosuid, rnodev and rnoexec (1.1), which the runtime
+// must know: runc 1.1 or later, crun 1.8 (the versions the tests run).
+// crun 1.8 refuses any version but 1.0.x, so the bundle claims the oldest
+// one it fits.
 const Version = "1.0.2"
 
 // FilesDir is the bundle subdirectory holding the synthesized files that
@@ -48,8 +52,9 @@ type Options struct {
 	Rootfs string
 
 	// HostID is the unprivileged host uid and gid that uid and gid 0
-	// inside map to (a single id: nothing else is mapped). Zero means
-	// DefaultHostID. fs_write directories must be writable by it.
+	// inside map to, when the plan's IDMap has no HostUID and HostGID
+	// picked by a runtime. Zero means DefaultHostID. fs_write
+	// directories must be writable by it.
 	HostID uint32
 
 	// Arch is the GOARCH the seccomp section is written for. Empty means
@@ -84,39 +89,37 @@ type Bundle struct {
 	ownRootfs bool // Write creates the rootfs skeleton (Options.Rootfs was empty)
 }
 
-// runcMaskedPaths and runcReadonlyPaths are runc's defaults (`runc spec`),
-// so a runtime given this bundle hides the same parts of /proc.
-var (
-	runcMaskedPaths = []string{
-		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
-	}
-	runcReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
-)
-
 // rlimitNames maps the plan's getrlimit(2) names to OCI types.
 var rlimitNames = map[string]string{
 	"core": "RLIMIT_CORE", "nofile": "RLIMIT_NOFILE", "fsize": "RLIMIT_FSIZE", "cpu": "RLIMIT_CPU",
 	"nproc": "RLIMIT_NPROC", "as": "RLIMIT_AS", "data": "RLIMIT_DATA", "stack": "RLIMIT_STACK",
 }
 
-// Config builds the bundle for a compiled plan and the policy it came
-// from. It fails when a plan step has no OCI equivalent.
+// Config builds the bundle for a compiled plan. The policy it came from is
+// only embedded (PolicyAnnotation); everything the runtime enforces comes
+// from the plan. It fails when a plan step has no OCI equivalent.
 func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 	if pl == nil || p == nil {
 		return nil, errors.New("oci: config: plan and policy are required")
 	}
-	id := opts.HostID
-	if id == 0 {
-		id = DefaultHostID
+	uids, gids, err := idMappings(pl.IDMap, opts.HostID)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := namespaces(pl.Namespaces)
+	if err != nil {
+		return nil, err
 	}
 	rootfs := opts.Rootfs
 	if rootfs == "" {
 		rootfs = "rootfs"
 	}
-	sc, err := Seccomp(opts.Arch)
+	sc, err := Seccomp(pl.Seccomp, opts.Arch)
 	if err != nil {
 		return nil, err
+	}
+	if len(pl.Capabilities) != 0 || !pl.NoNewPrivileges {
+		return nil, fmt.Errorf("oci: config: the plan keeps capabilities %v or lacks no_new_privileges: compile it with plan.Compile", pl.Capabilities)
 	}
 	pj, err := p.MarshalJSON()
 	if err != nil {
@@ -133,22 +136,18 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 			Env:  pl.Env,
 			Cwd:  pl.Cwd,
 			// Empty sets, not nil: a nil Capabilities leaves the runtime's
-			// defaults in place.
+			// defaults in place. The plan keeps none (checked above).
 			Capabilities:    &specs.LinuxCapabilities{},
-			NoNewPrivileges: true,
+			NoNewPrivileges: pl.NoNewPrivileges,
 		},
 		Linux: &specs.Linux{
-			UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: id, Size: 1}},
-			GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: id, Size: 1}},
-			Namespaces: []specs.LinuxNamespace{
-				{Type: specs.UserNamespace}, {Type: specs.MountNamespace}, {Type: specs.PIDNamespace},
-				{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
-				{Type: specs.CgroupNamespace},
-			},
-			Resources:     resources(p),
+			UIDMappings:   uids,
+			GIDMappings:   gids,
+			Namespaces:    ns,
+			Resources:     resources(pl.Limits),
 			Seccomp:       sc,
-			MaskedPaths:   runcMaskedPaths,
-			ReadonlyPaths: runcReadonlyPaths,
+			MaskedPaths:   pl.MaskedPaths,
+			ReadonlyPaths: pl.ReadonlyPaths,
 		},
 	}}
 	for _, r := range pl.Rlimits {
@@ -156,7 +155,10 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 		if !ok {
 			return nil, fmt.Errorf("oci: config: rlimit %q has no OCI name", r.Resource)
 		}
-		b.Spec.Process.Rlimits = append(b.Spec.Process.Rlimits, specs.POSIXRlimit{Type: name, Hard: r.Value, Soft: r.Value})
+		if r.Hard < r.Value {
+			return nil, fmt.Errorf("oci: config: rlimit %s: hard %d below soft %d", r.Resource, r.Hard, r.Value)
+		}
+		b.Spec.Process.Rlimits = append(b.Spec.Process.Rlimits, specs.POSIXRlimit{Type: name, Hard: r.Hard, Soft: r.Value})
 	}
 	b.ownRootfs = opts.Rootfs == ""
 	if err := b.addMounts(pl.Mounts, opts.BundleDir, opts.StageDir, b.ownRootfs); err != nil {
@@ -165,10 +167,54 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 	return b, nil
 }
 
-// resources maps the budget onto cgroup limits. max_cpu is CPU time, not a
-// rate, so it has no cgroup form (the plan's RLIMIT_CPU carries it).
-func resources(p *policy.Policy) *specs.LinuxResources {
-	lim := p.Budget()
+// namespaceTypes maps the plan's namespaces to OCI's names.
+var namespaceTypes = map[plan.Namespace]specs.LinuxNamespaceType{
+	plan.NamespaceUser: specs.UserNamespace, plan.NamespaceMount: specs.MountNamespace,
+	plan.NamespacePID: specs.PIDNamespace, plan.NamespaceNet: specs.NetworkNamespace,
+	plan.NamespaceIPC: specs.IPCNamespace, plan.NamespaceUTS: specs.UTSNamespace,
+	plan.NamespaceCgroup: specs.CgroupNamespace,
+}
+
+// namespaces lists the plan's namespaces, each a new one (no path).
+func namespaces(ns []plan.Namespace) ([]specs.LinuxNamespace, error) {
+	if len(ns) == 0 {
+		return nil, errors.New("oci: config: the plan lists no namespaces: compile it with plan.Compile")
+	}
+	out := make([]specs.LinuxNamespace, 0, len(ns))
+	for _, n := range ns {
+		t, ok := namespaceTypes[n]
+		if !ok {
+			return nil, fmt.Errorf("oci: config: namespace %q has no OCI form", n)
+		}
+		out = append(out, specs.LinuxNamespace{Type: t})
+	}
+	return out, nil
+}
+
+// idMappings maps 0 inside to one host id, by the plan's rule: the ids a
+// runtime picked and recorded in the plan, else hostID, else
+// DefaultHostID. The bundle is run by a root runtime, so an unfilled plan
+// gets an id from the unprivileged range, never the host's root.
+func idMappings(m plan.IDMap, hostID uint32) (uids, gids []specs.LinuxIDMapping, err error) {
+	if m.Size != 1 {
+		return nil, nil, fmt.Errorf("oci: config: the plan maps %d ids: airlock maps exactly one (root inside)", m.Size)
+	}
+	uid, gid := m.HostUID, m.HostGID
+	if uid == 0 || gid == 0 {
+		uid = hostID
+		if uid == 0 {
+			uid = DefaultHostID
+		}
+		gid = uid
+	}
+	return []specs.LinuxIDMapping{{ContainerID: 0, HostID: uid, Size: m.Size}},
+		[]specs.LinuxIDMapping{{ContainerID: 0, HostID: gid, Size: m.Size}}, nil
+}
+
+// resources maps the plan's limits onto cgroup limits. max_cpu is CPU
+// time, not a rate, so it has no cgroup form (the plan's RLIMIT_CPU
+// carries it).
+func resources(lim plan.Limits) *specs.LinuxResources {
 	mem, pids := lim.Memory, lim.Pids
 	swap := mem // memory+swap = memory: no swap
 	return &specs.LinuxResources{
@@ -222,8 +268,7 @@ func (b *Bundle) addMounts(ms []plan.Mount, bundleDir, stageDir string, ownRootf
 		case plan.KindReadonly:
 			// The host path itself, read-only, over the grant's view of it:
 			// the same content (the grant's lower layer is that host folder).
-			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Target,
-				Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Target, Options: bindOptions(m)})
 		case plan.KindHide:
 			if m.Dir {
 				spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs",
@@ -247,19 +292,35 @@ func (b *Bundle) addMounts(ms []plan.Mount, bundleDir, stageDir string, ownRootf
 	return nil
 }
 
-// bindOptions spells out the plan's flags. Binds are not recursive, so a
-// mount below a granted directory on the host does not come along.
+// bindOptions spells out the plan's flags (plan.Mount.Flags) for a bind.
+// A recursive bind of a folder is an rbind whose flags are recursive too
+// (rro, rnosuid, rnodev, rnoexec: mount_setattr(2) with AT_RECURSIVE;
+// runtime-spec 1.1, see Version), as airlock's own init sets them.
+// Without them runc makes only the top mount read-only and leaves a mount
+// below a grant writable, with its suid bits and device nodes, and crun
+// 1.8 does not apply nosuid, nodev or noexec to a writable bind at all. A
+// file has nothing below it, and crun refuses recursive attributes on one,
+// so a file's rbind carries the plain flags only.
 func bindOptions(m plan.Mount) []string {
-	o := []string{"bind", "ro"}
-	if m.Writable {
-		o[1] = "rw"
+	f := m.Flags()
+	o := []string{"bind", "rw"}
+	if f.Recursive {
+		o[0] = "rbind"
 	}
-	o = append(o, "nosuid")
-	if !strings.HasPrefix(m.Target, "/dev/") {
-		o = append(o, "nodev") // a device node is only useful where devices are allowed
+	if f.ReadOnly {
+		o[1] = "ro"
 	}
-	if !m.Exec {
-		o = append(o, "noexec")
+	rec := f.Recursive && !m.File
+	for _, opt := range []struct {
+		on       bool
+		top, rec string
+	}{{f.ReadOnly, "", "rro"}, {f.NoSuid, "nosuid", "rnosuid"}, {f.NoDev, "nodev", "rnodev"}, {f.NoExec, "noexec", "rnoexec"}} {
+		if opt.on && opt.top != "" {
+			o = append(o, opt.top)
+		}
+		if opt.on && rec {
+			o = append(o, opt.rec)
+		}
 	}
 	return o
 }

@@ -137,8 +137,8 @@ func TestConfigInvariants(t *testing.T) {
 		var types []string
 		for _, r := range pr.Rlimits {
 			types = append(types, r.Type)
-			if r.Hard != r.Soft {
-				t.Errorf("rlimit %s soft %d hard %d, want equal", r.Type, r.Soft, r.Hard)
+			if want := r.Soft + map[bool]uint64{true: 1}[r.Type == "RLIMIT_CPU"]; r.Hard != want {
+				t.Errorf("rlimit %s soft %d hard %d, want hard %d (SIGXCPU a second before SIGKILL)", r.Type, r.Soft, r.Hard, want)
 			}
 		}
 		for _, want := range []string{"RLIMIT_CORE", "RLIMIT_NOFILE", "RLIMIT_FSIZE", "RLIMIT_CPU"} {
@@ -178,8 +178,14 @@ func TestConfigInvariants(t *testing.T) {
 				t.Errorf("mount %+v exposes a host path the base never contains", m)
 			}
 			if m.Type == "bind" {
-				if !slices.Contains(m.Options, "nosuid") || slices.Contains(m.Options, "rbind") {
-					t.Errorf("bind %s options %v, want nosuid and not recursive", m.Destination, m.Options)
+				if !slices.Contains(m.Options, "nosuid") {
+					t.Errorf("bind %s options %v, want nosuid", m.Destination, m.Options)
+				}
+				// A recursive bind of a folder makes every mount below it
+				// nosuid and, when the bind is, read-only.
+				if slices.Contains(m.Options, "rbind") && slices.Contains(m.Options, "rnoexec") &&
+					(!slices.Contains(m.Options, "rnosuid") || slices.Contains(m.Options, "ro") != slices.Contains(m.Options, "rro")) {
+					t.Errorf("rbind %s options %v, want its flags recursive too", m.Destination, m.Options)
 				}
 				rw := slices.Contains(m.Options, "rw")
 				if rw == slices.Contains(m.Options, "ro") {
@@ -217,8 +223,13 @@ func TestConfigInvariants(t *testing.T) {
 		if r.Pids == nil || *r.Pids.Limit != lim.Pids {
 			t.Errorf("pids = %+v, want %d", r.Pids, lim.Pids)
 		}
-		if !slices.Contains(s.Linux.MaskedPaths, "/proc/kcore") || !slices.Contains(s.Linux.ReadonlyPaths, "/proc/sys") {
-			t.Errorf("masked %v readonly %v, want runc's defaults", s.Linux.MaskedPaths, s.Linux.ReadonlyPaths)
+		for _, p := range []string{"/proc/kcore", "/proc/kallsyms", "/proc/kmsg", "/proc/asound", "/proc/sysrq-trigger"} {
+			if !slices.Contains(s.Linux.MaskedPaths, p) {
+				t.Errorf("masked %v lacks %s", s.Linux.MaskedPaths, p)
+			}
+		}
+		if !slices.Contains(s.Linux.ReadonlyPaths, "/proc/sys") {
+			t.Errorf("readonly %v lacks /proc/sys", s.Linux.ReadonlyPaths)
 		}
 	})
 

@@ -9,15 +9,15 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
-// Seccomp returns airlock's seccomp profile (seccomp.DefaultProfile) as an
-// OCI linux.seccomp section for arch, a GOARCH value ("amd64", "arm64");
+// Seccomp returns the syscall profile s (a plan's Seccomp) as an OCI
+// linux.seccomp section for arch, a GOARCH value ("amd64", "arm64");
 // empty means the architecture this binary was built for. The same JSON is
 // what kubelet expects in a Localhost seccomp profile file.
-func Seccomp(arch string) (*specs.LinuxSeccomp, error) {
-	return convert(seccomp.DefaultProfile(), arch)
+func Seccomp(s plan.Seccomp, arch string) (*specs.LinuxSeccomp, error) {
+	return convert(s, arch)
 }
 
 // ociArch maps GOARCH values to libseccomp architecture names. Only the
@@ -31,7 +31,7 @@ var errNoOrder = errors.New("rules mix actions in an order OCI seccomp cannot ex
 
 // convert translates a first-match profile into unordered OCI entries with
 // the same meaning; see the package documentation.
-func convert(p seccomp.Profile, arch string) (*specs.LinuxSeccomp, error) {
+func convert(p plan.Seccomp, arch string) (*specs.LinuxSeccomp, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -72,15 +72,15 @@ func convert(p seccomp.Profile, arch string) (*specs.LinuxSeccomp, error) {
 	return out, nil
 }
 
-// rule is a seccomp.Rule with at most one condition per argument.
+// rule is a plan.SyscallRule with at most one condition per argument.
 type rule struct {
-	act   seccomp.Action
-	conds []seccomp.Cond // sorted by Arg
+	act   plan.Action
+	conds []plan.ArgCond // sorted by Arg
 }
 
 // syscallEntries returns the OCI entries (without names) that give one
 // syscall the meaning of its ordered rules under the default dflt.
-func syscallEntries(s seccomp.Syscall, dflt seccomp.Action) ([]specs.LinuxSyscall, error) {
+func syscallEntries(s plan.Syscall, dflt plan.Action) ([]specs.LinuxSyscall, error) {
 	var rules []rule
 	for _, r := range s.Rules {
 		conds, ok := mergeConds(r.Conds)
@@ -132,7 +132,7 @@ func syscallEntries(s seccomp.Syscall, dflt seccomp.Action) ([]specs.LinuxSyscal
 	}
 	var out []specs.LinuxSyscall
 	for _, b := range complement(c0[0].Mask, vals) {
-		e, err := entry(last.act, []seccomp.Cond{{Arg: c0[0].Arg, Mask: b.mask, Value: b.value}})
+		e, err := entry(last.act, []plan.ArgCond{{Arg: c0[0].Arg, Mask: b.mask, Value: b.value}})
 		if err != nil {
 			return nil, err
 		}
@@ -144,8 +144,8 @@ func syscallEntries(s seccomp.Syscall, dflt seccomp.Action) ([]specs.LinuxSyscal
 // mergeConds folds conditions on the same argument into one, since runc
 // would OR them: (a&m1)==v1 && (a&m2)==v2 is (a&(m1|m2))==(v1|v2) when v1
 // and v2 agree on the shared bits, and never holds otherwise (ok false).
-func mergeConds(cs []seccomp.Cond) (out []seccomp.Cond, ok bool) {
-	var byArg [6]*seccomp.Cond
+func mergeConds(cs []plan.ArgCond) (out []plan.ArgCond, ok bool) {
+	var byArg [6]*plan.ArgCond
 	for _, c := range cs {
 		if p := byArg[c.Arg]; p != nil {
 			shared := p.Mask & c.Mask
@@ -205,7 +205,7 @@ func complement(mask uint64, vals []uint64) []block {
 }
 
 // entry builds one OCI syscall entry (names left empty).
-func entry(a seccomp.Action, conds []seccomp.Cond) (specs.LinuxSyscall, error) {
+func entry(a plan.Action, conds []plan.ArgCond) (specs.LinuxSyscall, error) {
 	act, errno, err := ociAction(a)
 	if err != nil {
 		return specs.LinuxSyscall{}, err
@@ -222,15 +222,15 @@ func entry(a seccomp.Action, conds []seccomp.Cond) (specs.LinuxSyscall, error) {
 }
 
 // ociAction names a filter action as libseccomp does.
-func ociAction(a seccomp.Action) (specs.LinuxSeccompAction, *uint, error) {
+func ociAction(a plan.Action) (specs.LinuxSeccompAction, *uint, error) {
 	if e, ok := a.Errno(); ok {
 		n := uint(e)
 		return specs.ActErrno, &n, nil
 	}
 	switch a {
-	case seccomp.ActAllow:
+	case plan.ActAllow:
 		return specs.ActAllow, nil, nil
-	case seccomp.ActKillProcess:
+	case plan.ActKillProcess:
 		return specs.ActKillProcess, nil, nil
 	}
 	return "", nil, fmt.Errorf("action %v has no OCI name", a)

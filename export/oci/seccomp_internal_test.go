@@ -3,32 +3,32 @@ package oci
 import (
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 func TestConvertShapes(t *testing.T) {
-	eq := func(arg int, v uint64) seccomp.Cond { return seccomp.Cond{Arg: arg, Mask: ^uint64(0), Value: v} }
-	allow, eperm, enosys := seccomp.ActAllow, seccomp.ActEPERM, seccomp.ActENOSYS
+	eq := func(arg int, v uint64) plan.ArgCond { return plan.ArgCond{Arg: arg, Mask: ^uint64(0), Value: v} }
+	allow, eperm, enosys := plan.ActAllow, plan.ActEPERM, plan.ActENOSYS
 	tests := []struct {
 		name    string
-		rules   []seccomp.Rule
+		rules   []plan.SyscallRule
 		entries int // -1: must be refused
 	}{
-		{"unconditional", []seccomp.Rule{{Action: allow}}, 1},
-		{"or-of-conditions", []seccomp.Rule{{Action: allow, Conds: []seccomp.Cond{eq(0, 1)}}, {Action: allow, Conds: []seccomp.Cond{eq(0, 2)}}}, 2},
-		{"unreachable-after-unconditional", []seccomp.Rule{{Action: allow}, {Action: enosys, Conds: []seccomp.Cond{eq(0, 1)}}}, 1},
-		{"trailing-default-dropped", []seccomp.Rule{{Action: allow, Conds: []seccomp.Cond{eq(0, 1)}}, {Action: eperm}}, 1},
-		{"only-default", []seccomp.Rule{{Action: eperm}}, 0},
-		{"same-arg-merged", []seccomp.Rule{{Action: allow, Conds: []seccomp.Cond{{Arg: 1, Mask: 0xf0, Value: 0x10}, {Arg: 1, Mask: 0x0f, Value: 0x02}}}}, 1},
-		{"same-arg-contradiction-dropped", []seccomp.Rule{{Action: allow, Conds: []seccomp.Cond{eq(1, 1), eq(1, 2)}}}, 0},
-		{"deny-values-then-allow", []seccomp.Rule{{Action: eperm, Conds: []seccomp.Cond{{Arg: 1, Mask: 0xff, Value: 3}}}, {Action: allow}}, 8},
-		{"mixed-actions", []seccomp.Rule{{Action: enosys, Conds: []seccomp.Cond{eq(0, 1)}}, {Action: allow}}, -1},
-		{"deny-on-two-args", []seccomp.Rule{{Action: eperm, Conds: []seccomp.Cond{eq(0, 1)}}, {Action: eperm, Conds: []seccomp.Cond{eq(1, 1)}}, {Action: allow}}, -1},
-		{"conditional-last", []seccomp.Rule{{Action: eperm, Conds: []seccomp.Cond{eq(0, 1)}}, {Action: allow, Conds: []seccomp.Cond{eq(1, 1)}}}, -1},
+		{"unconditional", []plan.SyscallRule{{Action: allow}}, 1},
+		{"or-of-conditions", []plan.SyscallRule{{Action: allow, Conds: []plan.ArgCond{eq(0, 1)}}, {Action: allow, Conds: []plan.ArgCond{eq(0, 2)}}}, 2},
+		{"unreachable-after-unconditional", []plan.SyscallRule{{Action: allow}, {Action: enosys, Conds: []plan.ArgCond{eq(0, 1)}}}, 1},
+		{"trailing-default-dropped", []plan.SyscallRule{{Action: allow, Conds: []plan.ArgCond{eq(0, 1)}}, {Action: eperm}}, 1},
+		{"only-default", []plan.SyscallRule{{Action: eperm}}, 0},
+		{"same-arg-merged", []plan.SyscallRule{{Action: allow, Conds: []plan.ArgCond{{Arg: 1, Mask: 0xf0, Value: 0x10}, {Arg: 1, Mask: 0x0f, Value: 0x02}}}}, 1},
+		{"same-arg-contradiction-dropped", []plan.SyscallRule{{Action: allow, Conds: []plan.ArgCond{eq(1, 1), eq(1, 2)}}}, 0},
+		{"deny-values-then-allow", []plan.SyscallRule{{Action: eperm, Conds: []plan.ArgCond{{Arg: 1, Mask: 0xff, Value: 3}}}, {Action: allow}}, 8},
+		{"mixed-actions", []plan.SyscallRule{{Action: enosys, Conds: []plan.ArgCond{eq(0, 1)}}, {Action: allow}}, -1},
+		{"deny-on-two-args", []plan.SyscallRule{{Action: eperm, Conds: []plan.ArgCond{eq(0, 1)}}, {Action: eperm, Conds: []plan.ArgCond{eq(1, 1)}}, {Action: allow}}, -1},
+		{"conditional-last", []plan.SyscallRule{{Action: eperm, Conds: []plan.ArgCond{eq(0, 1)}}, {Action: allow, Conds: []plan.ArgCond{eq(1, 1)}}}, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := syscallEntries(seccomp.Syscall{Name: "x", Rules: tt.rules}, eperm)
+			got, err := syscallEntries(plan.Syscall{Name: "x", Rules: tt.rules}, eperm)
 			if tt.entries < 0 {
 				if err == nil {
 					t.Fatalf("syscallEntries(%+v) = %+v, want an error", tt.rules, got)

@@ -9,14 +9,15 @@ import (
 
 	"github.com/airlock-sandbox/airlock/export/oci"
 	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // evalOCI answers a syscall as libseccomp does with an OCI section: any
 // entry naming it whose conditions all hold decides, else the default. It
 // fails t when two matching entries disagree (their order would matter).
-func evalOCI(t *testing.T, sc *specs.LinuxSeccomp, name string, args [6]uint64) seccomp.Action {
+func evalOCI(t *testing.T, sc *specs.LinuxSeccomp, name string, args [6]uint64) plan.Action {
 	t.Helper()
-	var got []seccomp.Action
+	var got []plan.Action
 	for _, e := range sc.Syscalls {
 		named := false
 		for _, n := range e.Names {
@@ -58,17 +59,17 @@ func argsHold(t *testing.T, conds []specs.LinuxSeccompArg, args [6]uint64) bool 
 	return true
 }
 
-func ociToAction(t *testing.T, a specs.LinuxSeccompAction, errno *uint) seccomp.Action {
+func ociToAction(t *testing.T, a specs.LinuxSeccompAction, errno *uint) plan.Action {
 	t.Helper()
 	switch a {
 	case specs.ActAllow:
-		return seccomp.ActAllow
+		return plan.ActAllow
 	case specs.ActErrno:
 		switch {
 		case errno == nil || *errno == 1:
-			return seccomp.ActEPERM
+			return plan.ActEPERM
 		case *errno == 38:
-			return seccomp.ActENOSYS
+			return plan.ActENOSYS
 		}
 	}
 	t.Fatalf("unexpected OCI action %s %v", a, errno)
@@ -81,11 +82,11 @@ func ociToAction(t *testing.T, a specs.LinuxSeccompAction, errno *uint) seccomp.
 // arguments around every rule boundary (including garbage in the high half
 // of 32-bit arguments).
 func TestSeccompAgreesWithFilter(t *testing.T) {
-	prog, err := seccomp.Build(seccomp.Options{})
+	prog, err := seccomp.Build(plan.DefaultSeccomp(), seccomp.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := oci.Seccomp("")
+	sc, err := oci.Seccomp(plan.DefaultSeccomp(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

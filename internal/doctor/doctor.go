@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // Facts are the raw results of probing one host. Evaluate turns them into
@@ -165,8 +166,9 @@ func Evaluate(f Facts) Report {
 		unpriv = "unprivileged users cannot: " + f.UnprivilegedUserNS.Error()
 	}
 	if f.UserNS == nil {
-		check("userns", true, "created user, mount, pid, net, ipc, uts and cgroup namespaces; "+unpriv, "")
-		layer("namespaces", Enforced, "user, mount, pid, net, ipc, uts and cgroup namespaces", "")
+		ns := namespaceList(plan.DefaultNamespaces()) + " namespaces"
+		check("userns", true, "created "+ns+"; "+unpriv, "")
+		layer("namespaces", Enforced, ns, "")
 	} else {
 		check("userns", false, f.UserNS.Error()+"; "+unpriv, "every run is refused: the sandbox is built from these namespaces")
 		layer("namespaces", Refused, "cannot create the sandbox's namespaces", "")
@@ -323,4 +325,16 @@ func evaluateIDMap(f Facts, check func(string, bool, string, string), r *Report)
 		check("idmap", false, f.IDMap.Error(), "runs with fs_read or fs_write grants are refused: their mounts cannot be idmapped")
 		r.Refuses = append(r.Refuses, "runs with fs_read or fs_write grants: idmapped mounts fail: "+f.IDMap.Error())
 	}
+}
+
+// namespaceList names ns as a list in prose: "user, mount and pid".
+func namespaceList(ns []plan.Namespace) string {
+	names := make([]string, len(ns))
+	for i, n := range ns {
+		names[i] = string(n)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

@@ -14,13 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
+	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/plan"
 )
-
-// sandboxCloneFlags are the namespaces every sandbox gets (clone(2)); they
-// must match sandbox's cloneFlags, so the probe fails where a run would.
-const sandboxCloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-	unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
 
 // nobody is the uid and gid the probes run unprivileged work as.
 const nobody = 65534
@@ -48,12 +44,19 @@ func lookBinary(names ...string) (string, error) {
 	return "", fmt.Errorf("none of %s is installed", strings.Join(names, ", "))
 }
 
-// startInNamespaces starts cat(1) in the sandbox's namespaces, mapped as
-// a run maps it (root: an unprivileged host id; otherwise the caller), and
-// returns it blocked on its stdin; closing stdin ends it. cmd.Start returns
-// only once execve succeeded, so the namespaces exist when it returns.
+// startInNamespaces starts cat(1) in the namespaces every plan gives a
+// sandbox (plan.DefaultNamespaces, through the clone flags the sandbox
+// uses), mapped by the plan's rule (root: an id from the unprivileged
+// range; otherwise the caller), and returns it blocked on its stdin;
+// closing stdin ends it. cmd.Start returns only once execve succeeded, so
+// the namespaces exist when it returns.
 func startInNamespaces(ctx context.Context) (*exec.Cmd, *os.File, error) {
 	cat, err := lookBinary("/usr/bin/cat", "/bin/cat")
+	if err != nil {
+		return nil, nil, err
+	}
+	ns := plan.DefaultNamespaces()
+	cloneFlags, err := namespace.CloneFlags(ns)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -65,13 +68,15 @@ func startInNamespaces(ctx context.Context) (*exec.Cmd, *os.File, error) {
 	root := os.Geteuid() == 0
 	id, gid := os.Getuid(), os.Getgid()
 	if root {
-		id, gid = nobody, nobody
+		idm := plan.DefaultIDMap()
+		id = int(idm.Pick(uint32(os.Getpid())))
+		gid = id
 	}
 	cmd := exec.CommandContext(ctx, cat)
 	cmd.Stdin = r
 	cmd.Env = []string{}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:                 sandboxCloneFlags,
+		Cloneflags:                 cloneFlags,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
 		GidMappingsEnableSetgroups: root,
@@ -79,7 +84,7 @@ func startInNamespaces(ctx context.Context) (*exec.Cmd, *os.File, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		return nil, nil, fmt.Errorf("clone user, mount, pid, net, ipc, uts and cgroup namespaces: %w%s", err, usernsHint())
+		return nil, nil, fmt.Errorf("clone %s namespaces: %w%s", namespaceList(ns), err, usernsHint())
 	}
 	return cmd, w, nil
 }
@@ -205,7 +210,8 @@ func probeIDMap() error {
 		return fmt.Errorf("open probe user namespace: %w", err)
 	}
 	defer unix.Close(ns)
-	tree, err := mount.Clone(plan.Mount{Kind: plan.KindBind, Source: dir, Target: dir, Writable: true, IDMap: true, Origin: "doctor"}, ns)
+	// Cloned as a grant is: recursive, with the plan's flags.
+	tree, err := mount.Clone(plan.Mount{Kind: plan.KindBind, Source: dir, Target: dir, Writable: true, IDMap: true, Recursive: true, Origin: "doctor"}, ns)
 	if err != nil {
 		return err
 	}

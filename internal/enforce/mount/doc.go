@@ -3,7 +3,10 @@
 // a clone of exactly the named host path, read-only unless written in
 // fs_write, noexec unless it is a library or tool), a fresh /proc, a
 // size-capped /tmp, a minimal /dev and synthesized /etc files; then the
-// root is made read-only and pivot_root detaches the host's tree.
+// plan's masked and read-only paths (ProtectPaths), and the root is made
+// read-only and pivot_root detaches the host's tree. Every flag comes from
+// the plan (plan.Mount.Flags): nodev unless the step is a device bind,
+// recursive when the plan says so.
 //
 // Sources are opened with openat2(RESOLVE_NO_SYMLINKS) and cloned with
 // open_tree(2), so a grant whose path contains a symlink is refused instead

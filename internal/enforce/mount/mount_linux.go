@@ -3,6 +3,7 @@ package mount
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"strings"
@@ -15,18 +16,27 @@ import (
 // ErrSymlink is wrapped when a bind source has a symlink in its path.
 var ErrSymlink = errors.New("a path component is a symlink")
 
-// Clone returns a detached mount fd of exactly the host path src (open_tree
-// OPEN_TREE_CLONE, with submounts) carrying the attributes of m: read-only
-// unless m.Writable, noexec unless m.Exec, nosuid, and nodev except for
-// binds under /dev. Staged grants (KindOverlay, KindStagedFile) are cloned
-// read-only: they are the lower layer, never written. When
-// usernsFD >= 0 the clone is idmapped through that user namespace, so files
-// the sandbox creates keep the caller's ownership on disk.
+// Clone returns a detached mount fd of exactly the host path m.Source
+// (open_tree OPEN_TREE_CLONE, with the mounts below it when m.Recursive)
+// carrying the attributes of m.Flags() on every mount of the tree:
+// read-only unless m.Writable, noexec unless m.Exec, nosuid, and nodev
+// unless m.Devices. Staged grants (KindOverlay, KindStagedFile) are cloned
+// read-only: they are the lower layer, never written. When usernsFD >= 0
+// the clone is idmapped through that user namespace, so files the sandbox
+// creates keep the caller's ownership on disk.
 //
 // Preconditions:
 //   - the caller holds CAP_SYS_ADMIN over the current mount namespace
 //   - idmapping (usernsFD >= 0) needs CAP_SYS_ADMIN in the initial user namespace
 func Clone(m plan.Mount, usernsFD int) (int, error) {
+	attr, err := CloneAttr(m)
+	if err != nil {
+		return -1, err
+	}
+	recursive := uint(0)
+	if m.Recursive {
+		recursive = unix.AT_RECURSIVE
+	}
 	fd, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -38,33 +48,66 @@ func Clone(m plan.Mount, usernsFD int) (int, error) {
 		return -1, fmt.Errorf("%s %q: %w", m.Origin, m.Source, err)
 	}
 	defer unix.Close(fd)
-	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH | unix.AT_RECURSIVE)
-	tree, err := unix.OpenTree(fd, "", flags)
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|recursive)
 	if err != nil {
 		return -1, fmt.Errorf("open_tree %q: %w", m.Source, err)
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if m.Kind == plan.KindBind && strings.HasPrefix(m.Target, "/dev/") {
-		attr.Attr_set = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC
-	}
-	if !m.Writable || m.Kind == plan.KindOverlay || m.Kind == plan.KindStagedFile {
-		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-	}
-	if !m.Exec {
-		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
-	}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|recursive, &unix.MountAttr{Attr_set: attr}); err != nil {
 		unix.Close(tree)
 		return -1, fmt.Errorf("mount_setattr %q: %w", m.Source, err)
 	}
 	if usernsFD >= 0 {
 		idm := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(usernsFD)}
-		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &idm); err != nil {
+		if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|recursive, &idm); err != nil {
 			unix.Close(tree)
 			return -1, fmt.Errorf("idmap %q (the filesystem must support idmapped mounts, kernel 5.12+): %w", m.Source, err)
 		}
 	}
 	return tree, nil
+}
+
+// CloneAttr returns the MOUNT_ATTR_* bits (mount_setattr(2)) Clone sets on
+// the clone of m: m.Flags(), and read-only for the lower layer of a staged
+// grant. Only binds of host paths are cloned, and only binds under /dev
+// (Origin sandbox) may keep device nodes.
+func CloneAttr(m plan.Mount) (uint64, error) {
+	if !m.Cloned() {
+		return 0, fmt.Errorf("airlock bug: mount %s at %s is not a bind of a host path", m.Kind, m.Target)
+	}
+	f := m.Flags()
+	if !f.NoDev && (m.Kind != plan.KindBind || m.Origin != plan.OriginSandbox) {
+		return 0, fmt.Errorf("airlock bug: %s %s at %s would keep device nodes: only the sandbox's device binds may", m.Origin, m.Kind, m.Target)
+	}
+	if m.Kind == plan.KindOverlay || m.Kind == plan.KindStagedFile {
+		f.ReadOnly = true // the lower layer, never written
+	}
+	var attr uint64
+	for _, b := range []struct {
+		on  bool
+		bit uint64
+	}{{f.ReadOnly, unix.MOUNT_ATTR_RDONLY}, {f.NoSuid, unix.MOUNT_ATTR_NOSUID}, {f.NoDev, unix.MOUNT_ATTR_NODEV}, {f.NoExec, unix.MOUNT_ATTR_NOEXEC}} {
+		if b.on {
+			attr |= b.bit
+		}
+	}
+	return attr, nil
+}
+
+// MountFlags returns the MS_* flags (mount(2)) a step that is not a clone
+// gets from m.Flags(): the overlay of a staged folder, the bind of a
+// staged file's copy, a read-only narrowing.
+func MountFlags(m plan.Mount) uintptr {
+	f := m.Flags()
+	var ms uintptr
+	for _, b := range []struct {
+		on  bool
+		bit uintptr
+	}{{f.ReadOnly, unix.MS_RDONLY}, {f.NoSuid, unix.MS_NOSUID}, {f.NoDev, unix.MS_NODEV}, {f.NoExec, unix.MS_NOEXEC}} {
+		if b.on {
+			ms |= b.bit
+		}
+	}
+	return ms
 }
 
 // Builder assembles a new root directory.
@@ -158,7 +201,10 @@ func (b *Builder) Place(m plan.Mount, tree int) error {
 		if err := mkdirat(pfd, name); err != nil {
 			return err
 		}
-		return b.proc(b.Root + m.Target)
+		if err := unix.Mount("proc", b.Root+m.Target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount proc: %w", err)
+		}
+		return nil
 	case plan.KindBind:
 		var st unix.Stat_t
 		if err := unix.Fstatat(tree, "", &st, unix.AT_EMPTY_PATH); err != nil {
@@ -193,38 +239,42 @@ func mkdirat(fd int, name string) error {
 	return nil
 }
 
-// proc mounts a fresh procfs and makes the kernel-tunable parts read-only.
-func (b *Builder) proc(target string) error {
-	if err := unix.Mount("proc", target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount proc: %w", err)
-	}
-	for _, p := range []string{"sys", "irq", "bus", "fs"} {
-		full := target + "/" + p
-		if _, err := os.Lstat(full); err != nil {
+// ProtectPaths makes each of readonly read-only and hides each of masked
+// (the plan's ReadonlyPaths and MaskedPaths, absolute paths inside the
+// sandbox): a folder gets an empty read-only tmpfs over it, a file the
+// host's /dev/null bound read-only. A path the root does not have is
+// skipped; any other failure to look at one fails the build.
+//
+// Preconditions:
+//   - every plan step is placed (what it protects exists)
+//   - the host's /dev/null is still reachable (before Finish)
+func (b *Builder) ProtectPaths(readonly, masked []string) error {
+	for _, p := range readonly {
+		full, ok, err := b.existing(p)
+		if err != nil {
+			return err
+		}
+		if !ok {
 			continue
 		}
 		if err := unix.Mount(full, full, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind /proc/%s: %w", p, err)
+			return fmt.Errorf("bind %s: %w", p, err)
 		}
 		if err := unix.Mount("", full, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-			return fmt.Errorf("make /proc/%s read-only: %w", p, err)
+			return fmt.Errorf("make %s read-only: %w", p, err)
 		}
 	}
-	return maskProc(target)
-}
-
-// maskProc hides the /proc entries that describe the host kernel rather
-// than the sandbox (the list runc masks): files get /dev/null bound over
-// them, directories an empty read-only tmpfs.
-//
-// Preconditions:
-//   - the host's /dev/null is still reachable (before pivot_root)
-func maskProc(target string) error {
-	for _, p := range []string{"kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "kallsyms", "kmsg", "sysrq-trigger", "acpi", "scsi", "firmware"} {
-		full := target + "/" + p
+	for _, p := range masked {
+		full, ok, err := b.existing(p)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
 		fi, err := os.Lstat(full)
 		if err != nil {
-			continue
+			return fmt.Errorf("mask %s: %w", p, err)
 		}
 		if fi.IsDir() {
 			err = unix.Mount("tmpfs", full, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555")
@@ -232,10 +282,26 @@ func maskProc(target string) error {
 			err = unix.Mount("/dev/null", full, "", unix.MS_BIND, "")
 		}
 		if err != nil {
-			return fmt.Errorf("mask /proc/%s: %w", p, err)
+			return fmt.Errorf("mask %s: %w", p, err)
 		}
 	}
 	return nil
+}
+
+// existing returns where the sandbox path p is while the root is built,
+// and whether it exists there.
+func (b *Builder) existing(p string) (string, bool, error) {
+	if !path.IsAbs(p) || path.Clean(p) != p {
+		return "", false, fmt.Errorf("airlock bug: protected path %q is not absolute and clean", p)
+	}
+	full := b.Root + p
+	if _, err := os.Lstat(full); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("protect %s: %w", p, err)
+	}
+	return full, true, nil
 }
 
 // Finish makes the root tmpfs read-only, pivots into it and detaches the

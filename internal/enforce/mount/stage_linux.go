@@ -76,7 +76,7 @@ func (b *Builder) PlaceOverlay(m plan.Mount, tree int) error {
 	// "Permission model"; Linux 5.11). The paths are airlock's own (the
 	// stage under the new root), so they hold no ',' or ':'.
 	opts := "userxattr,lowerdir=" + dir + "/lower,upperdir=" + dir + "/upper,workdir=" + dir + "/work"
-	if err := unix.Mount("overlay", b.Root+m.Target, "overlay", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+	if err := unix.Mount("overlay", b.Root+m.Target, "overlay", MountFlags(m), opts); err != nil {
 		return fmt.Errorf("mount overlay for fs_write %s: %w (needs overlayfs in user namespaces, Linux 5.11+, and a filesystem it can layer)", m.Source, err)
 	}
 	return nil
@@ -124,7 +124,7 @@ func (b *Builder) PlaceStagedFile(m plan.Mount, tree int) error {
 	if err == nil {
 		unix.Close(fd)
 	}
-	return bindRW(copyPath, b.Root+m.Target)
+	return bindRW(copyPath, b.Root+m.Target, MountFlags(m))
 }
 
 // copyTree copies the regular file that the mount fd tree shows to dst.
@@ -155,12 +155,12 @@ func copyTree(tree int, dst string) error {
 	return err
 }
 
-// bindRW binds src at dst, nosuid, nodev and noexec.
-func bindRW(src, dst string) error {
+// bindRW binds src at dst with the flags flags (MountFlags).
+func bindRW(src, dst string, flags uintptr) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", dst, err)
 	}
-	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|flags, ""); err != nil {
 		return fmt.Errorf("restrict %s: %w", dst, err)
 	}
 	return nil
@@ -196,11 +196,18 @@ func (b *Builder) PlaceNarrowing(m plan.Mount) (bool, error) {
 	}
 	// Bind the path onto itself, then make that mount read-only: the
 	// sandbox can neither change it nor (it being a mountpoint) remove or
-	// rename it (rename(2), EBUSY).
-	if err := unix.Mount(target, target, "", unix.MS_BIND, ""); err != nil {
+	// rename it (rename(2), EBUSY). Protected paths lie inside staged
+	// grants, overlays with no mounts below them, so the plan does not ask
+	// for a recursive bind.
+	flags := uintptr(unix.MS_BIND)
+	if m.Recursive {
+		flags |= unix.MS_REC
+	}
+	if err := unix.Mount(target, target, "", flags, ""); err != nil {
 		return false, fmt.Errorf("bind protected %s: %w", m.Target, err)
 	}
-	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	// Read-only whatever the step says: that is what it is for.
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|MountFlags(m), ""); err != nil {
 		return false, fmt.Errorf("make protected %s read-only: %w", m.Target, err)
 	}
 	return true, nil

@@ -222,6 +222,9 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, err er
 			return -1, nil, err
 		}
 	}
+	if err := b.ProtectPaths(pl.ReadonlyPaths, pl.MaskedPaths); err != nil {
+		return -1, nil, err
+	}
 	for _, m := range pl.Mounts {
 		if m.Grant() {
 			fd, err := b.OpenGrant(m.Target)

@@ -28,6 +28,9 @@ func restrict(pl *plan.Plan) (int, error) {
 	if err := applyRlimits(pl.Rlimits); err != nil {
 		return 0, fail("rlimits", err)
 	}
+	if len(pl.Capabilities) != 0 {
+		return 0, fail("capabilities", fmt.Errorf("airlock bug: the plan keeps capabilities %v: the init can only drop every one", pl.Capabilities))
+	}
 	if err := dropCapabilities(); err != nil {
 		return 0, fail("capabilities", err)
 	}
@@ -35,10 +38,13 @@ func restrict(pl *plan.Plan) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 0, fail("dumpable", err)
 	}
+	if !pl.NoNewPrivileges {
+		return 0, fail("no_new_privs", errors.New("airlock bug: the plan does not set no_new_privs, which the seccomp filter needs"))
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, fail("no_new_privs", err)
 	}
-	if err := installSeccomp(); err != nil {
+	if err := installSeccomp(pl); err != nil {
 		return 0, fail("seccomp", err)
 	}
 	return abi, nil
@@ -99,15 +105,23 @@ var rlimitNames = map[string]int{
 	"as":     unix.RLIMIT_AS,
 }
 
+// rlimit returns the resource and the limits setrlimit(2) gets for r.
+func rlimit(r plan.Rlimit) (int, unix.Rlimit, error) {
+	res, ok := rlimitNames[r.Resource]
+	if !ok {
+		return 0, unix.Rlimit{}, fmt.Errorf("airlock bug: unknown rlimit %q", r.Resource)
+	}
+	if r.Hard < r.Value {
+		return 0, unix.Rlimit{}, fmt.Errorf("airlock bug: rlimit %s: hard %d below soft %d", r.Resource, r.Hard, r.Value)
+	}
+	return res, unix.Rlimit{Cur: r.Value, Max: r.Hard}, nil
+}
+
 func applyRlimits(rs []plan.Rlimit) error {
 	for _, r := range rs {
-		res, ok := rlimitNames[r.Resource]
-		if !ok {
-			return fmt.Errorf("airlock bug: unknown rlimit %q", r.Resource)
-		}
-		lim := unix.Rlimit{Cur: r.Value, Max: r.Value}
-		if res == unix.RLIMIT_CPU {
-			lim.Max = r.Value + 1 // SIGXCPU at the soft limit, SIGKILL a second later
+		res, lim, err := rlimit(r)
+		if err != nil {
+			return err
 		}
 		var old unix.Rlimit
 		if err := unix.Getrlimit(res, &old); err == nil && old.Max < lim.Max {

@@ -1,15 +1,18 @@
 package nsinit
 
-import "github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+import (
+	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
+	"github.com/airlock-sandbox/airlock/plan"
+)
 
-// installSeccomp builds the default allow-list for this architecture and
-// installs it on every thread (TSYNC).
+// installSeccomp compiles the plan's syscall profile for this architecture
+// and installs it on every thread (TSYNC).
 //
 // Preconditions:
 //   - no_new_privs is set
 //   - it is the last restriction before the command is forked and executed
-func installSeccomp() error {
-	prog, err := seccomp.Build(seccomp.Options{})
+func installSeccomp(pl *plan.Plan) error {
+	prog, err := seccomp.Build(pl.Seccomp, seccomp.Options{})
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,14 @@ package seccomp
 import (
 	"fmt"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // programs holds, per architecture, the optimized and the naive filter.
 type programs struct {
 	tgt          target
-	profile      Profile
+	profile      plan.Seccomp
 	tree, linear []Insn
 }
 
@@ -19,7 +21,7 @@ func buildBoth(t testing.TB, arch Arch) programs {
 	if err != nil {
 		t.Fatalf("buildNaive(%s) = %v", arch, err)
 	}
-	return programs{tgt, DefaultProfile(), tree, linear}
+	return programs{tgt, plan.DefaultSeccomp(), tree, linear}
 }
 
 // agree checks that both programs and the reference model give d the same
@@ -86,17 +88,17 @@ func FuzzProgramsAgree(f *testing.F) {
 // need trampolines, with a profile of many rules, and checks the result
 // against the model.
 func TestCompileLongJumps(t *testing.T) {
-	var ioctl []Rule
+	var ioctl []plan.SyscallRule
 	for v := uint64(0); v < 300; v++ {
 		// Not EPERM: a rule that returns the default compiles to nothing.
-		ioctl = append(ioctl, Rule{Action: ActENOSYS, Conds: []Cond{{Arg: 1, Mask: low32, Value: v * 3}}})
+		ioctl = append(ioctl, plan.SyscallRule{Action: plan.ActENOSYS, Conds: []plan.ArgCond{{Arg: 1, Mask: low32, Value: v * 3}}})
 	}
-	ioctl = append(ioctl, Rule{Action: ActAllow})
-	p := Profile{Default: ActEPERM, Syscalls: []Syscall{
+	ioctl = append(ioctl, plan.SyscallRule{Action: plan.ActAllow})
+	p := plan.Seccomp{Default: plan.ActEPERM, Syscalls: []plan.Syscall{
 		{Name: "ioctl", Rules: ioctl},
-		{Name: "read", Rules: []Rule{{Action: ActAllow}}},
-		{Name: "write", Rules: []Rule{{Action: ActAllow, Conds: []Cond{{Arg: 0, Mask: all64, Value: 1}}}}},
-		{Name: "socket", Rules: []Rule{{Action: ActAllow, Conds: []Cond{{Arg: 0, Mask: all64, Value: 1}}}}},
+		{Name: "read", Rules: []plan.SyscallRule{{Action: plan.ActAllow}}},
+		{Name: "write", Rules: []plan.SyscallRule{{Action: plan.ActAllow, Conds: []plan.ArgCond{{Arg: 0, Mask: all64, Value: 1}}}}},
+		{Name: "socket", Rules: []plan.SyscallRule{{Action: plan.ActAllow, Conds: []plan.ArgCond{{Arg: 0, Mask: all64, Value: 1}}}}},
 	}}
 	tgt, err := targetFor(ArchAMD64)
 	if err != nil {
@@ -138,17 +140,17 @@ func TestCompileRejectsBadProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allow := []Rule{{Action: ActAllow}}
+	allow := []plan.SyscallRule{{Action: plan.ActAllow}}
 	tests := []struct {
 		name string
-		p    Profile
+		p    plan.Seccomp
 	}{
-		{"repeated-name", Profile{Syscalls: []Syscall{{Name: "read", Rules: allow}, {Name: "read", Rules: allow}}}},
-		{"empty-name", Profile{Syscalls: []Syscall{{Rules: allow}}}},
-		{"no-rules", Profile{Syscalls: []Syscall{{Name: "read"}}}},
-		{"zero-mask", Profile{Syscalls: []Syscall{{Name: "read", Rules: []Rule{{Action: ActAllow, Conds: []Cond{{Arg: 0}}}}}}}},
-		{"value-outside-mask", Profile{Syscalls: []Syscall{{Name: "read", Rules: []Rule{{Action: ActAllow, Conds: []Cond{{Arg: 0, Mask: 1, Value: 2}}}}}}}},
-		{"arg-index", Profile{Syscalls: []Syscall{{Name: "read", Rules: []Rule{{Action: ActAllow, Conds: []Cond{{Arg: 6, Mask: 1}}}}}}}},
+		{"repeated-name", plan.Seccomp{Syscalls: []plan.Syscall{{Name: "read", Rules: allow}, {Name: "read", Rules: allow}}}},
+		{"empty-name", plan.Seccomp{Syscalls: []plan.Syscall{{Rules: allow}}}},
+		{"no-rules", plan.Seccomp{Syscalls: []plan.Syscall{{Name: "read"}}}},
+		{"zero-mask", plan.Seccomp{Syscalls: []plan.Syscall{{Name: "read", Rules: []plan.SyscallRule{{Action: plan.ActAllow, Conds: []plan.ArgCond{{Arg: 0}}}}}}}},
+		{"value-outside-mask", plan.Seccomp{Syscalls: []plan.Syscall{{Name: "read", Rules: []plan.SyscallRule{{Action: plan.ActAllow, Conds: []plan.ArgCond{{Arg: 0, Mask: 1, Value: 2}}}}}}}},
+		{"arg-index", plan.Seccomp{Syscalls: []plan.Syscall{{Name: "read", Rules: []plan.SyscallRule{{Action: plan.ActAllow, Conds: []plan.ArgCond{{Arg: 6, Mask: 1}}}}}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,8 @@ package seccomp
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // Insn is one classic BPF instruction, laid out like the kernel's struct
@@ -102,7 +104,7 @@ func Validate(prog []Insn) error {
 // it selects. It returns an error instead of guessing when prog does
 // something the kernel's checker would have refused; every program Build
 // returns runs without error.
-func Run(prog []Insn, d Data) (Action, error) {
+func Run(prog []Insn, d Data) (plan.Action, error) {
 	buf := d.bytes()
 	var a uint32
 	for pc := 0; pc < len(prog); pc++ {
@@ -141,7 +143,7 @@ func Run(prog []Insn, d Data) (Action, error) {
 			}
 			pc += off
 		case opRetK:
-			return Action(in.K), nil
+			return plan.Action(in.K), nil
 		default:
 			return 0, fmt.Errorf("seccomp: run: instruction %d has unsupported opcode %#x", pc, in.Code)
 		}

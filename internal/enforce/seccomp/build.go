@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // Arch names the architecture a filter is built for, as a GOARCH value.
@@ -16,8 +18,8 @@ const (
 	ArchARM64 Arch = "arm64" // aarch64
 )
 
-// Options configures Build. The zero value builds DefaultProfile for the
-// architecture this binary was built for.
+// Options configures Build. The zero value builds for the architecture
+// this binary was built for.
 type Options struct {
 	// Arch selects the syscall numbering and the AUDIT_ARCH value the
 	// filter accepts. Empty means runtime.GOARCH; Build fails for an
@@ -61,8 +63,9 @@ func targetFor(arch Arch) (target, error) {
 	return t, nil
 }
 
-// Build returns the BPF program for DefaultProfile on opts.Arch, ready for
-// Install. The program:
+// Build returns the BPF program for the profile p (the plan's Seccomp) on
+// opts.Arch, ready for Install. It fails when p does not validate. The
+// program:
 //
 //  1. kills the process unless seccomp_data.arch is the target's
 //     AUDIT_ARCH, so 32-bit compat calls (int 0x80 on amd64, AArch32 on
@@ -70,29 +73,29 @@ func targetFor(arch Arch) (target, error) {
 //  2. on amd64, kills the process for x32 calls (bit 30 of the number);
 //  3. answers ENOSYS for numbers above the newest syscall in the table;
 //  4. finds the syscall by binary search over number ranges and applies
-//     its rules, or the profile's default (EPERM).
-func Build(opts Options) ([]Insn, error) {
+//     its rules, or the profile's default (EPERM in plan.DefaultSeccomp).
+func Build(p plan.Seccomp, opts Options) ([]Insn, error) {
 	t, err := targetFor(opts.Arch)
 	if err != nil {
 		return nil, err
 	}
-	return compile(DefaultProfile(), t, dispatchTree)
+	return compile(p, t, dispatchTree)
 }
 
 // entry is one syscall of the profile resolved for a target.
 type entry struct {
 	nr    uint32
-	rules []Rule
+	rules []plan.SyscallRule
 }
 
 // dispatcher emits code that, with the syscall number in A, applies the
 // rules of the entry with that number or returns dflt, and returns its
 // entry point.
-type dispatcher func(a *asm, es []entry, dflt Action, max uint32) label
+type dispatcher func(a *asm, es []entry, dflt plan.Action, max uint32) label
 
 // compile builds p for t, with dispatch choosing how the syscall number is
 // looked up.
-func compile(p Profile, t target, dispatch dispatcher) ([]Insn, error) {
+func compile(p plan.Seccomp, t target, dispatch dispatcher) ([]Insn, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -106,12 +109,12 @@ func compile(p Profile, t target, dispatch dispatcher) ([]Insn, error) {
 
 	a := newAsm()
 	next := dispatch(a, es, p.Default, t.max)
-	next = a.jump(opJgtK, t.max, a.ret(ActENOSYS), next)
+	next = a.jump(opJgtK, t.max, a.ret(plan.ActENOSYS), next)
 	if t.x32 {
-		next = a.jump(opJsetK, x32SyscallBit, a.ret(ActKillProcess), next)
+		next = a.jump(opJsetK, x32SyscallBit, a.ret(plan.ActKillProcess), next)
 	}
 	next = a.load(offNr, next)
-	next = a.jump(opJeqK, t.audit, next, a.ret(ActKillProcess))
+	next = a.jump(opJeqK, t.audit, next, a.ret(plan.ActKillProcess))
 	a.load(offArch, next)
 	if a.err != nil {
 		return nil, a.err
@@ -128,11 +131,11 @@ func compile(p Profile, t target, dispatch dispatcher) ([]Insn, error) {
 // all get the same treatment.
 type span struct {
 	lo    uint32
-	rules []Rule // nil means the default action
+	rules []plan.SyscallRule // nil means the default action
 }
 
 // simple reports the action of a span that needs no argument checks.
-func (s span) simple(dflt Action) (Action, bool) {
+func (s span) simple(dflt plan.Action) (plan.Action, bool) {
 	switch {
 	case s.rules == nil:
 		return dflt, true
@@ -145,7 +148,7 @@ func (s span) simple(dflt Action) (Action, bool) {
 // dispatchTree looks the number up by binary search over spans: adjacent
 // numbers with the same unconditional action (most of the allow-list and
 // most gaps) share one span, so the tree is about 8 levels deep.
-func dispatchTree(a *asm, es []entry, dflt Action, max uint32) label {
+func dispatchTree(a *asm, es []entry, dflt plan.Action, max uint32) label {
 	var spans []span
 	add := func(s span) {
 		if n := len(spans); n > 0 {

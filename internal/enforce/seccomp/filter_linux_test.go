@@ -11,8 +11,10 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // These tests install the filter in a re-executed child (airtest.RunInChild)
@@ -34,7 +36,7 @@ func requireSeccomp(t *testing.T) {
 // Only children call it.
 func installFilter() error {
 	runtime.LockOSThread()
-	prog, err := Build(Options{})
+	prog, err := Build(plan.DefaultSeccomp(), Options{})
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@
 // name→number tables, from golang.org/x/sys/unix's generated zsysnum files
 // (which come from the kernel's asm/unistd.h). Run it with go generate after
 // bumping golang.org/x/sys, and review the diff: a syscall that appears is
-// still denied until someone adds it to the allow-list in policy.go.
+// still denied until someone adds it to the allow-list in plan/syscalls_default.go.
 package main
 
 import (

@@ -1,20 +1,22 @@
 package seccomp
 
+import "github.com/airlock-sandbox/airlock/plan"
+
 // The unoptimized filter and a reference model of the profile, against
 // which the optimized filter is checked (TestProgramsAgree,
 // FuzzProgramsAgree).
 
-// buildNaive compiles DefaultProfile like Build, but looks the syscall up
+// buildNaive compiles plan.DefaultSeccomp like Build, but looks the syscall up
 // with one comparison per syscall in a linear chain instead of a tree.
 func buildNaive(opts Options) ([]Insn, error) {
 	t, err := targetFor(opts.Arch)
 	if err != nil {
 		return nil, err
 	}
-	return compile(DefaultProfile(), t, dispatchLinear)
+	return compile(plan.DefaultSeccomp(), t, dispatchLinear)
 }
 
-func dispatchLinear(a *asm, es []entry, dflt Action, _ uint32) label {
+func dispatchLinear(a *asm, es []entry, dflt plan.Action, _ uint32) label {
 	next := a.ret(dflt)
 	for i := len(es) - 1; i >= 0; i-- {
 		next = a.jump(opJeqK, es[i].nr, a.rules(es[i].rules, dflt), next)
@@ -23,15 +25,15 @@ func dispatchLinear(a *asm, es []entry, dflt Action, _ uint32) label {
 }
 
 // decide is what p prescribes for d on t, computed in Go without BPF.
-func decide(p Profile, t target, d Data) Action {
+func decide(p plan.Seccomp, t target, d Data) plan.Action {
 	nr := uint32(d.Nr)
 	switch {
 	case d.Arch != t.audit:
-		return ActKillProcess
+		return plan.ActKillProcess
 	case t.x32 && nr&x32SyscallBit != 0:
-		return ActKillProcess
+		return plan.ActKillProcess
 	case nr > t.max:
-		return ActENOSYS
+		return plan.ActENOSYS
 	}
 	for _, s := range p.Syscalls {
 		if n, ok := t.nums[s.Name]; !ok || n != nr {
@@ -40,7 +42,7 @@ func decide(p Profile, t target, d Data) Action {
 	rules:
 		for _, r := range s.Rules {
 			for _, c := range r.Conds {
-				if !c.holds(d.Args) {
+				if !c.Holds(d.Args) {
 					continue rules
 				}
 			}
