@@ -118,12 +118,6 @@ func rel(path string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
 }
 
-// under reports whether the module package path is dir or below it.
-func under(path, dir string) bool {
-	r := rel(path)
-	return ours(path) && (r == dir || strings.HasPrefix(r, dir+"/"))
-}
-
 // modulePackages returns this module's packages matched by ./..., sorted.
 func modulePackages(t *testing.T) []*listedPackage {
 	t.Helper()

@@ -78,6 +78,9 @@ type ExecBody struct {
 	Dir   string   `json:"dir,omitempty"`   // "" means the workspace, else /tmp
 	Env   []string `json:"env,omitempty"`   // NAME=value pairs added for this exec
 	Stdin string   `json:"stdin,omitempty"` // "" means none
+	// PTY runs the command on a pseudo-terminal (ExecRequest.PTY): its
+	// output then arrives merged, as stdout.
+	PTY bool `json:"pty,omitempty"`
 	// Timeout is a Go duration such as "30s"; "" means until the session's
 	// deadline.
 	Timeout string `json:"timeout,omitempty"`

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +72,7 @@ func (p *Proxy) Decide(ctx context.Context, host string, port uint16) (netip.Add
 }
 
 func (p *Proxy) decide(ctx context.Context, op, host string, port uint16) (*decision, error) {
-	if err := p.charge(op, joinHostPort(host, port)); err != nil {
+	if err := p.charge(op, hostspec.Join(host, port)); err != nil {
 		return nil, err
 	}
 	return p.decideCharged(ctx, op, host, port)
@@ -98,9 +96,9 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 	n, err := hostspec.NormalizeHost(host)
 	if err != nil {
 		// Non-canonical IPv4 (0x7f.1, 2130706433), bad IDNA, empty labels.
-		return nil, p.deny(op, joinHostPort(host, port), err.Error(), policy.Suggestion{})
+		return nil, p.deny(op, hostspec.Join(host, port), err.Error(), policy.Suggestion{})
 	}
-	target := joinHostPort(n, port)
+	target := hostspec.Join(n, port)
 	if err := p.policy.CheckHost(n, port); err != nil {
 		var de *policy.DenyError
 		if !errors.As(err, &de) {
@@ -132,7 +130,7 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 		// One special address refuses the whole name: which address a later
 		// dial would pick must not decide what is reachable.
 		if hostspec.IsSpecial(a) && !p.policy.AllowsAddr(a, port) {
-			listed := joinHostPort(a.String(), port)
+			listed := hostspec.Join(a.String(), port)
 			return nil, p.deny(op, target,
 				fmt.Sprintf("%s resolves to %s, a loopback, private, link-local or other special address, reachable only when listed exactly in net_hosts", n, a),
 				p.policy.SuggestHost(listed))
@@ -217,10 +215,6 @@ func refusal(err error) string {
 		return "airlock: " + re.host + " could not be resolved"
 	}
 	return "airlock: upstream connection failed"
-}
-
-func joinHostPort(host string, port uint16) string {
-	return net.JoinHostPort(host, strconv.Itoa(int(port)))
 }
 
 func addrList(aps []netip.AddrPort) string {

@@ -156,7 +156,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 		return false
 	}
 	// One op per request, charged before any check refuses it.
-	if err := p.charge(opHTTP, joinHostPort(u.Hostname(), port)); err != nil {
+	if err := p.charge(opHTTP, hostspec.Join(u.Hostname(), port)); err != nil {
 		writeError(c, statusFor(err), refusal(err))
 		return false
 	}
@@ -207,9 +207,9 @@ func (p *Proxy) sameHost(urlHost string, port uint16, header string) error {
 	if err == nil && aerr == nil && berr == nil && a == b && hp == port {
 		return nil
 	}
-	target := joinHostPort(urlHost, port)
+	target := hostspec.Join(urlHost, port)
 	if aerr == nil {
-		target = joinHostPort(a, port)
+		target = hostspec.Join(a, port)
 	}
 	return p.denyHint(opHTTP, target, fmt.Sprintf("Host header %q does not match the request URL host %s", header, target),
 		policy.Suggestion{}, "send a Host header that names the request URL's host, or none")
@@ -224,7 +224,7 @@ func outbound(req *http.Request, d *decision) (*http.Request, <-chan struct{}) {
 		hostHeader = "[" + hostHeader + "]"
 	}
 	if d.port != 80 {
-		hostHeader = joinHostPort(d.host, d.port)
+		hostHeader = hostspec.Join(d.host, d.port)
 	}
 	h := req.Header.Clone()
 	removeHopByHop(h)

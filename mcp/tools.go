@@ -114,7 +114,7 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 			}()
 		}
 	}
-	er := api.ExecRequest{Args: pl.argv, Dir: s.cfg.Dir, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
+	er := api.ExecRequest{Args: pl.argv, Dir: s.cfg.Dir, PTY: in.PTY, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
 	if in.Stdin != "" {
 		er.Stdin = strings.NewReader(in.Stdin)
 	}

@@ -21,6 +21,7 @@ type RunInput struct {
 	Code           string   `json:"code,omitempty" jsonschema:"source code to run instead of a command; needs language"`
 	Language       string   `json:"language,omitempty" jsonschema:"the language of code: python, sh or bash; its interpreter must be in allowed_tools"`
 	Stdin          string   `json:"stdin,omitempty" jsonschema:"text given to the program on standard input; empty means none"`
+	PTY            bool     `json:"pty,omitempty" jsonschema:"run the program on a pseudo-terminal (it sees a terminal; stdout and stderr arrive merged in stdout); default false"`
 	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"stop the program after this many seconds (it is reported with halted_by max_wall); 0 means until the session's deadline"`
 }
 

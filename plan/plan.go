@@ -21,6 +21,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -358,7 +359,7 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		pl.Rules = append(pl.Rules, Rule{Path: d, Access: Read | Write, Origin: OriginSandbox})
 	}
 
-	cwd, err := workdir(p, req.Cwd)
+	cwd, err := Workdir(p, req.Cwd)
 	if err != nil {
 		return nil, err
 	}
@@ -391,21 +392,44 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 
 func depth(p string) int { return strings.Count(pathspec.Clean(p), "/") }
 
-func workdir(p *policy.Policy, cwd string) (string, error) {
-	if cwd == "" {
+// Workdir returns the folder inside the sandbox a command under p starts
+// in: dir, cleaned, when p lets the command read it or it is below /tmp;
+// for "" the first fs_write grant, else /tmp. A relative dir is taken
+// from /. Every run and every session exec decides its folder here.
+func Workdir(p *policy.Policy, dir string) (string, error) {
+	if dir == "" {
 		if w := p.FSWrite(); len(w) > 0 {
 			return w[0], nil
 		}
 		return "/tmp", nil
 	}
-	c, err := pathspec.Abs("/", cwd)
+	c, err := pathspec.Abs("/", dir)
 	if err != nil {
-		return "", fmt.Errorf("%w: --cwd %q: %v", ErrBadRequest, cwd, err)
+		return "", fmt.Errorf("%w: working directory %q: %v", ErrBadRequest, dir, err)
 	}
 	if c == "/tmp" || pathspec.Within("/tmp", c) || p.CanRead(c) {
 		return c, nil
 	}
-	return "", fmt.Errorf("%w: --cwd %q is outside fs_read, fs_write and /tmp: grant it or pick a directory inside a grant", ErrBadRequest, cwd)
+	return "", fmt.Errorf("%w: working directory %q is outside fs_read, fs_write and /tmp: grant it or pick a directory inside a grant", ErrBadRequest, dir)
+}
+
+// ExecEnv returns the plan's environment with a session exec's additions
+// (NAME=value) on top. What airlock sets itself cannot be changed per
+// exec: PATH, the proxy variables and the dynamic loader's variables.
+func (pl *Plan) ExecEnv(extra []string) ([]string, error) {
+	env := slices.Clone(pl.Env)
+	for _, kv := range extra {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return nil, fmt.Errorf("%w: exec env %q: want NAME=value", ErrBadRequest, kv)
+		}
+		if u := strings.ToUpper(k); u == "PATH" || strings.HasPrefix(u, "LD_") || policy.IsProxyVar(k) {
+			return nil, fmt.Errorf("%w: exec env %q: %s is set by airlock and cannot be changed per exec", ErrBadRequest, kv, k)
+		}
+		env = slices.DeleteFunc(env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		env = append(env, kv)
+	}
+	return env, nil
 }
 
 func environment(p *policy.Policy, h Host) []string {

@@ -251,6 +251,9 @@ func (a *Action) UnmarshalText(b []byte) error {
 	s := string(b)
 	num := func(prefix string, bits int) (uint64, bool) {
 		inner, ok := strings.CutPrefix(s, prefix)
+		if !ok {
+			return 0, false
+		}
 		if inner, ok = strings.CutSuffix(inner, ")"); !ok {
 			return 0, false
 		}

@@ -188,7 +188,7 @@ func (p *Policy) CheckHost(host string, port uint16) error {
 	if err != nil {
 		return &DenyError{Cap: NetHosts, Op: "connect", Subject: host, Reason: err.Error()}
 	}
-	subj := hostPort(n, port)
+	subj := hostspec.Join(n, port)
 	if a, perr := netip.ParseAddr(n); perr == nil {
 		if !p.AllowsAddr(a, port) {
 			return &DenyError{Cap: NetHosts, Op: "connect", Subject: subj, Reason: "IP addresses are reachable only when listed exactly in net_hosts"}
@@ -217,24 +217,3 @@ func (p *Policy) CheckTool(name string) error {
 
 // Deadline is a convenience: start plus max_wall.
 func (p *Policy) Deadline(start time.Time) time.Time { return start.Add(p.limits.Wall) }
-
-func hostPort(h string, port uint16) string {
-	if len(h) > 0 && h[0] != '[' && slices.Contains([]byte(h), ':') {
-		h = "[" + h + "]"
-	}
-	return h + ":" + itoa(int(port))
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
-}

@@ -306,6 +306,13 @@ func envName(s string) bool {
 // proxyVars are set by airlock to route traffic through its egress proxy.
 var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"}
 
+// IsProxyVar reports whether name is one of the variables airlock sets to
+// route traffic through its egress proxy (HTTP_PROXY, HTTPS_PROXY,
+// ALL_PROXY, NO_PROXY, in any case): no policy or exec may set them.
+func IsProxyVar(name string) bool {
+	return slices.ContainsFunc(proxyVars, func(p string) bool { return strings.EqualFold(p, name) })
+}
+
 // envs validates env entries and appends them to have, refusing a name
 // that is already present.
 func (v *validator) envs(have []EnvVar, items []item) []EnvVar {
@@ -323,7 +330,7 @@ func (v *validator) envs(have []EnvVar, items []item) []EnvVar {
 			v.itemf(it, "%q is not a variable name: write NAME or NAME=value, NAME made of letters, digits and _ and not starting with a digit", name)
 			continue
 		}
-		if slices.ContainsFunc(proxyVars, func(p string) bool { return strings.EqualFold(p, name) }) {
+		if IsProxyVar(name) {
 			v.itemf(it, "airlock sets %s itself to route traffic through its egress proxy: remove it", name)
 			continue
 		}

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -51,10 +50,6 @@ type Config struct {
 
 	// Runtime is the OCI runtime for IsolationOCI: "runc" or "crun".
 	Runtime string
-
-	// KillGrace is how long the tree gets after SIGTERM at a deadline
-	// before SIGKILL. Zero means 200ms.
-	KillGrace time.Duration
 
 	// MaxProxyConns lowers the cap on connections the sandbox may hold to
 	// its egress proxy at once; connections beyond the cap are closed at

@@ -58,7 +58,7 @@ type fsDenials struct {
 	run *fsaudit.Run
 
 	mu   sync.Mutex
-	seen int // guarded by mu: denials already emitted (sessions emit per exec)
+	seen []int // guarded by mu: the Count of each denial (by index) when last emitted; sessions emit per exec
 }
 
 // startFSAudit prepares denial collection when the config asks for it and
@@ -88,10 +88,20 @@ func (f *fsDenials) track(pid int) {
 }
 
 // emit sends the denials not yet emitted to the run's sink. With settle,
-// it first waits (bounded) until the kernel has released the domain.
+// it first waits (bounded) until the kernel has released the domain;
+// without, until the kernel's records so far are read (Collector.Sync).
 func (f *fsDenials) emit(b *box, settle bool) {
 	if f == nil || f.run == nil {
 		return
+	}
+	if !settle {
+		// The sandbox lives on (a session between execs): wait until the
+		// records of what has exited are read, not for the domain's end.
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		if err := f.col.Sync(ctx); err != nil {
+			b.log.Debug("fs-audit sync", "err", err) // the late records reach the next report
+		}
+		cancel()
 	}
 	ds := f.run.Denials()
 	if settle {
@@ -101,9 +111,20 @@ func (f *fsDenials) emit(b *box, settle bool) {
 		}
 		cancel()
 	}
+	// A denial is emitted once for each emit that saw it happen again: a
+	// session exec that repeats an earlier exec's denial has it in its own
+	// report too.
+	var fresh []fsaudit.Denial
 	f.mu.Lock()
-	fresh := ds[min(f.seen, len(ds)):]
-	f.seen = max(f.seen, len(ds))
+	for i, d := range ds {
+		if i == len(f.seen) {
+			f.seen = append(f.seen, 0)
+		}
+		if d.Count > f.seen[i] {
+			f.seen[i] = d.Count
+			fresh = append(fresh, d)
+		}
+	}
 	f.mu.Unlock()
 	for _, d := range fresh {
 		e := audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: d.Layer, Op: d.Op, Target: d.Target, Rule: d.Rule, Message: d.Message, Hint: d.Hint}

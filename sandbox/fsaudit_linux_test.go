@@ -2,6 +2,9 @@ package sandbox_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,5 +60,64 @@ func TestFSDenialsOffSaysSo(t *testing.T) {
 	rep := run(t, policy.Spec{}, "/bin/true")
 	if !strings.HasPrefix(rep.Enforcement.FSDenials, "off") {
 		t.Fatalf("fs_denials = %q, want it to say reporting is off", rep.Enforcement.FSDenials)
+	}
+}
+
+// TestSessionFSDenialsEveryExec: in a session under FSAudit, each exec's
+// report itemizes the reads the kernel refused it, though the sandbox
+// (its Landlock domain) lives on, and an exec that repeats an earlier
+// exec's denial has it in its own report too.
+func TestSessionFSDenialsEveryExec(t *testing.T) {
+	requireSandbox(t)
+	airtest.RequireRoot(t)
+	if err := fsaudit.Available(); err != nil {
+		airtest.SkipOrFail(t, "Landlock audit records unavailable: %v", err)
+	}
+	// Granting one file per folder makes each folder exist inside, but
+	// not readable: listing it is a Landlock denial with its own target.
+	// Not below /tmp, which is the sandbox's own scratch space.
+	base, err := os.MkdirTemp("/var/tmp", "airlock-fsaudit-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	var dirs, files []string
+	for i := range 4 {
+		d := filepath.Join(base, strconv.Itoa(i))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(d, "granted.txt")
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dirs, files = append(dirs, d), append(files, f)
+	}
+	p, err := policy.New(policy.Spec{FSRead: files, AllowedTools: []string{"python3"}, Budget: spec20s()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, FSAudit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, d := range append(dirs, dirs[0]) {
+		rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"python3", "-c", "import os, sys; os.listdir(sys.argv[1])", d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.ExitCode == 0 {
+			t.Fatalf("listing %s succeeded inside the sandbox", d)
+		}
+		found := false
+		for _, dn := range rep.Denials {
+			found = found || (dn.Layer == "fs" && dn.Target == d && dn.Rule == "fs_read")
+		}
+		if !found {
+			t.Errorf("the report of the exec that listed %s does not itemize it: %+v", d, rep.Denials)
+		}
 	}
 }

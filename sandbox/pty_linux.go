@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 
@@ -32,18 +31,4 @@ func openPTY() (master, slave *os.File, err error) {
 		return nil, nil, fmt.Errorf("pty: open slave: %w", err)
 	}
 	return m, s, nil
-}
-
-// pumpPTY copies in to the master and the master to out; the returned
-// channel closes when the master reports EOF or EIO (every slave closed).
-func pumpPTY(master *os.File, in io.Reader, out io.Writer) <-chan struct{} {
-	done := make(chan struct{})
-	if in != nil {
-		go func() { _, _ = io.Copy(master, in) }() // ends with the master
-	}
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(out, master) // EIO once the sandbox is gone
-	}()
-	return done
 }

@@ -21,16 +21,6 @@ func Init() {
 	nsinit.Dispatch() // the same table as cmd/airlock-init's
 }
 
-// Plan compiles the plan this Cmd would run, without running anything.
-func (c *Cmd) Plan() (*plan.Plan, error) {
-	if c.Policy == nil {
-		return nil, errNoPolicy
-	}
-	return plan.Compile(c.Policy, plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted}, &hostFS{})
-}
-
-var errNoPolicy = errors.New("sandbox: Config.Policy is nil: build one with policy.Parse, policy.New or policy.Default")
-
 // Run starts a sandbox, runs the command in it, waits for it and closes
 // the sandbox (copying its writes back): the one lifecycle with a single
 // exec. The error is non-nil only on misuse; every outcome of the command,

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,13 +145,16 @@ func (s *Session) exec(ctx context.Context, req ExecRequest) *Report {
 	if err != nil {
 		return refuse(127, err)
 	}
-	env, err := execEnv(b.pl, req.Env)
+	env, err := b.pl.ExecEnv(req.Env)
 	if err != nil {
 		return refuse(125, err)
 	}
 	cwd := req.Dir
 	if cwd != "" {
-		if cwd, err = checkDir(b.cfg.Policy, cwd); err != nil {
+		if !strings.HasPrefix(cwd, "/") {
+			return refuse(125, fmt.Errorf("exec dir %q: use an absolute path inside the sandbox", cwd))
+		}
+		if cwd, err = plan.Workdir(b.cfg.Policy, cwd); err != nil {
 			return refuse(125, err)
 		}
 	}

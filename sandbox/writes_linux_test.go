@@ -233,7 +233,7 @@ func TestAttackNestedGrantSwap(t *testing.T) {
 	// A session's file API resolves beneath the grant roots it held from
 	// the start, whatever the sandbox does to the paths above them.
 	s := newSession(t, policy.Spec{FSWrite: spec.FSWrite, FSRead: spec.FSRead, AllowedTools: []string{"sh", "mv", "ln"}})
-	rep = execIn(t, s, sandbox.ExecRequest{Args: []string{"sh", "-c", swap}})
+	wantExit(t, execIn(t, s, sandbox.ExecRequest{Args: []string{"sh", "-c", swap}}), 0)
 	if got, err := s.Guard().Read(filepath.Join(ws, "a/data/secret.txt")); err == nil || bytes.Contains(got, []byte("HOST")) {
 		t.Fatalf("file API read %q, %v through the swapped ancestor: a host file outside every grant", got, err)
 	}

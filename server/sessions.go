@@ -362,7 +362,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
 	}
 	defer s.release(e)
 
-	xr := api.ExecRequest{Args: req.Args, Dir: req.Dir, Env: req.Env, Timeout: timeout}
+	xr := api.ExecRequest{Args: req.Args, Dir: req.Dir, Env: req.Env, PTY: req.PTY, Timeout: timeout}
 	if req.Stdin != "" {
 		xr.Stdin = strings.NewReader(req.Stdin)
 	}

@@ -25,17 +25,17 @@ func doctorWith(probes doctor.Probes, args []string, stdout, stderr io.Writer) i
 	fs := newFlagSet("doctor", doctorSynopsis, stderr)
 	asJSON := fs.Bool("json", false, "print the findings as JSON")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "airlock doctor: unexpected argument %q: doctor takes only --json\n", fs.Arg(0))
-		return 2
+		return exitUsage
 	}
 	rep := doctor.Run(probes)
 	if *asJSON {
 		if err := writeJSON(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
-			return 2
+			return exitFailed
 		}
 		return rep.ExitCode()
 	}
@@ -44,11 +44,11 @@ func doctorWith(probes doctor.Probes, args []string, stdout, stderr io.Writer) i
 	var text strings.Builder
 	if err := escapeDoctor(rep).WriteText(&text); err != nil {
 		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
-		return 2
+		return exitFailed
 	}
 	if _, err := io.WriteString(stdout, termtext.Lines(text.String(), termtext.LineMax)); err != nil {
 		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
-		return 2
+		return exitFailed
 	}
 	return rep.ExitCode()
 }

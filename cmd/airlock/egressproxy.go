@@ -9,13 +9,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
-	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
@@ -38,20 +36,20 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	httpAddr := fs.String("http-listen", ":3128", "`ADDR` for the HTTP forward proxy and CONNECT")
 	socksAddr := fs.String("socks-listen", ":1080", "`ADDR` for SOCKS5 (empty disables it)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitUsage
 	}
 	if *config == "" || fs.NArg() != 0 {
 		fmt.Fprintln(stderr, "airlock egress-proxy: --config FILE is required and no arguments are taken")
-		return 2
+		return exitUsage
 	}
-	p, err := loadPolicy(*config)
+	p, err := readPolicyFile(*config)
 	if err != nil {
 		printErrors(stderr, err)
-		return 1
+		return exitFailed
 	}
 	if len(p.NetHosts()) == 0 {
 		fmt.Fprintln(stderr, "airlock egress-proxy: the policy has no net_hosts: there is nothing to serve (every request would be denied)")
-		return 1
+		return exitFailed
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -62,7 +60,7 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	px, err := egress.New(egress.Config{Policy: p, Meter: meter, Audit: audit.NewJSONL(termtext.NewJSONWriter(stdout)), Logger: newLogger(stderr)})
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", errText(err))
-		return 1
+		return exitFailed
 	}
 	defer px.Close()
 	serve := map[string]func(net.Listener) error{*httpAddr: px.ServeHTTPProxy}
@@ -74,7 +72,7 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			fmt.Fprintf(stderr, "airlock egress-proxy: listen %s: %s\n", termtext.Field(addr), errText(err))
-			return 1
+			return exitFailed
 		}
 		fmt.Fprintf(stderr, "airlock egress-proxy: listening on %s\n", l.Addr())
 		go func() { errs <- fn(l) }()
@@ -84,23 +82,9 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			fmt.Fprintln(stderr, "airlock egress-proxy: max_wall reached; no more connections")
 		}
-		return 0
+		return exitOK
 	case err := <-errs:
 		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", errText(err))
-		return 1
+		return exitFailed
 	}
-}
-
-// loadPolicy reads and validates a policy file; relative paths resolve
-// against its folder.
-func loadPolicy(file string) (*policy.Policy, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("read policy: %w", err)
-	}
-	abs, err := filepath.Abs(file)
-	if err != nil {
-		return nil, err
-	}
-	return policy.Parse(data, policy.ParseOptions{File: file, BaseDir: filepath.Dir(abs)})
 }

@@ -27,12 +27,12 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	var pf policyFlags
 	pf.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitUsage
 	}
 	p, err := pf.build()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock explain: %s\n", errText(err))
-		return 1
+		return exitFailed
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
@@ -42,14 +42,14 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	pl, err := cmd.Plan()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock explain: %s\n", errText(err))
-		return 1
+		return exitFailed
 	}
 	fmt.Fprintf(stdout, "policy:   %s\n", termtext.Escape(p.Summary(), termtext.LineMax))
 	// Escaped field by field, so that a newline in a value cannot start a
 	// line of its own, and the whole text once more for what a later field
 	// of the plan adds.
 	fmt.Fprint(stdout, termtext.Lines(escapePlan(pl).String(), termtext.LineMax))
-	return 0
+	return exitOK
 }
 
 // escapePlan returns a copy of pl whose printed strings are escaped for a

@@ -31,7 +31,7 @@ example:
 func cmdExport(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "oci" && args[0] != "k8s") {
 		fmt.Fprintf(stderr, "usage: %s\n", exportSynopsis)
-		return 2
+		return exitUsage
 	}
 	target := args[0]
 	fs := newFlagSet("export "+target, exportSynopsis, stderr)
@@ -48,11 +48,11 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	proxyIP := fs.String("proxy-cluster-ip", "", "k8s: fixed clusterIP for the proxy Service; then the Pod needs no DNS")
 	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `k8s: runtimeClassName; "" leaves it out (the cluster default, usually runc)`)
 	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+		return exitUsage
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "airlock export %s: %s\n", target, errText(err))
-		return 1
+		return exitFailed
 	}
 	if *out == "" {
 		return fail(fmt.Errorf("--out DIR is required: the directory to write the %s export into", target))
@@ -96,7 +96,7 @@ func exportOCI(pl *plan.Plan, p *policy.Policy, dir string, o oci.Options, stdou
 		fmt.Fprintln(stderr, "airlock export oci: note: the bundle's network namespace is empty and runs no egress proxy, so net_hosts are unreachable (connections fail closed)")
 	}
 	fmt.Fprintf(stdout, "wrote %s\nrun it with: runc run --bundle %s NAME (fs_write grants must be writable by uid %d)\n", filepath.Join(dir, "config.json"), dir, o.HostID)
-	return 0
+	return exitOK
 }
 
 func exportK8s(pl *plan.Plan, p *policy.Policy, dir string, o k8s.Options, stdout io.Writer, fail func(error) int) int {
@@ -120,5 +120,5 @@ func exportK8s(pl *plan.Plan, p *policy.Policy, dir string, o k8s.Options, stdou
 		return fail(err)
 	}
 	fmt.Fprintf(stdout, "wrote %s\nwrote %s (install it on every node as /var/lib/kubelet/seccomp/%s)\n", manifest, prof, m.SeccompPath)
-	return 0
+	return exitOK
 }

@@ -58,16 +58,8 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 func (f *policyFlags) build() (*policy.Policy, error) {
 	p := policy.Default()
 	if f.file != "" {
-		data, err := os.ReadFile(f.file)
-		if err != nil {
-			return nil, fmt.Errorf("read policy: %w", err)
-		}
-		abs, err := filepath.Abs(f.file)
-		if err != nil {
-			return nil, err
-		}
-		p, err = policy.Parse(data, policy.ParseOptions{File: f.file, BaseDir: filepath.Dir(abs)})
-		if err != nil {
+		var err error
+		if p, err = readPolicyFile(f.file); err != nil {
 			return nil, err
 		}
 	}
@@ -124,4 +116,25 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// readPolicyFile reads and validates a policy file named on the command
+// line (--policy, --ceiling, --config, policy check): at most
+// policy.MaxInputSize bytes are read, and relative paths in it resolve
+// against its folder. Every command reads policy files through it.
+func readPolicyFile(file string) (*policy.Policy, error) {
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return nil, fmt.Errorf("read policy %s: %w", file, err)
+	}
+	f, err := os.Open(abs)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, policy.MaxInputSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read policy %s: %w", file, err)
+	}
+	return policy.Parse(data, policy.ParseOptions{File: file, BaseDir: filepath.Dir(abs)})
 }

@@ -42,7 +42,7 @@ func main() {
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return 2
+		return exitUsage
 	}
 	switch args[0] {
 	case "run":
@@ -63,11 +63,11 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "airlock", version)
-		return 0
+		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
-		return 0
+		return exitOK
 	}
 	fmt.Fprintf(stderr, "airlock: unknown command %q\n\n%s", args[0], usage)
-	return 2
+	return exitUsage
 }

@@ -300,6 +300,18 @@ func TestExitCodes(t *testing.T) {
 		{"run-unknown-flag", []string{"run", "--no-such-flag", "--", "/bin/sh", "-c", "echo started"}, 125, "", []string{"no-such-flag"}},
 		{"run-missing-policy", []string{"run", "--policy", "/nonexistent/p.yaml", "--", "/bin/sh", "-c", "echo started"}, 125, "", []string{"/nonexistent/p.yaml", "nothing was started"}},
 		{"explain-unknown-flag", []string{"explain", "--no-such-flag"}, 2, "", []string{"no-such-flag"}},
+		// One table (exit.go): every other subcommand exits 2 on bad flags
+		// or arguments and 1 when it cannot do its job.
+		{"doctor-unknown-flag", []string{"doctor", "--no-such-flag"}, 2, "", []string{"no-such-flag"}},
+		{"export-unknown-flag", []string{"export", "oci", "--no-such-flag"}, 2, "", []string{"no-such-flag"}},
+		{"serve-unknown-flag", []string{"serve", "--no-such-flag"}, 2, "", []string{"no-such-flag"}},
+		{"mcp-unknown-flag", []string{"mcp", "--no-such-flag"}, 2, "", []string{"no-such-flag"}},
+		{"egress-proxy-unknown-flag", []string{"egress-proxy", "--no-such-flag"}, 2, "", []string{"no-such-flag"}},
+		{"policy-without-file", []string{"policy", "check"}, 2, "", []string{"check FILE"}},
+		{"mcp-missing-policy", []string{"mcp", "--policy", "/nonexistent/p.yaml"}, 1, "", []string{"/nonexistent/p.yaml"}},
+		{"serve-missing-ceiling", []string{"serve", "--ceiling", "/nonexistent/c.yaml", "--insecure-no-auth"}, 1, "", []string{"/nonexistent/c.yaml"}},
+		{"egress-proxy-missing-config", []string{"egress-proxy", "--config", "/nonexistent/p.json"}, 1, "", []string{"/nonexistent/p.json"}},
+		{"policy-check-missing", []string{"policy", "check", "/nonexistent/p.yaml"}, 1, "", []string{"/nonexistent/p.yaml", "no such file"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

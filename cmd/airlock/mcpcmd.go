@@ -55,13 +55,14 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	noAuth := fs.Bool("insecure-no-auth", false, "serve HTTP without a token; only on a loopback ADDR")
 	maxSessions := fs.Int("max-sessions", 0, "sandboxes alive at once across HTTP clients (default 8)")
 	auditFile := fs.String("audit", "", "append every audit event as JSON lines to `FILE` (mode 0600)")
+	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in results from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give the agent the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitUsage
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", escapeArgs(a)...)
-		return 125
+		return exitFailed
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected arguments %q: the agent sends commands through the run tool", fs.Args())
@@ -82,7 +83,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := mcp.Config{Policy: p, Dir: pf.cwd, MaxSessions: *maxSessions, Version: version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
-			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, AgentAdvice: *agentAdvice})
+			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, FSAudit: *fsAudit, AgentAdvice: *agentAdvice})
 			if err != nil {
 				return nil, err // not a nil *sandbox.Session in a non-nil interface
 			}
@@ -103,7 +104,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		if err := srv.ServeIO(ctx, os.Stdin, stdout); err != nil {
 			return fail("%v", err)
 		}
-		return 0
+		return exitOK
 	}
 
 	h, err := authHandler(srv.Handler(), *listen, *tokenFile, *noAuth)
@@ -129,7 +130,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fail("serve: %v", err)
 	}
-	return 0
+	return exitOK
 }
 
 // authHandler puts the bearer-token check in front of h, or refuses to

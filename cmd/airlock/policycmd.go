@@ -4,8 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"io/fs"
 
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -21,32 +20,27 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
 		fmt.Fprintln(stderr, "usage: "+policySynopsis)
 		if len(args) == 0 {
-			return 2
+			return exitUsage
 		}
-		return 0
+		return exitOK
 	}
 	if args[0] != "check" || len(args) != 2 {
 		fmt.Fprintf(stderr, "airlock policy: expected 'check FILE'\nusage: %s\n", policySynopsis)
-		return 2
+		return exitUsage
 	}
 	file := args[1]
-	data, err := os.ReadFile(file)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %s\n", termtext.Field(file), errText(err))
-		return 1
-	}
-	abs, err := filepath.Abs(file)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %s\n", termtext.Field(file), errText(err))
-		return 1
-	}
-	p, err := policy.Parse(data, policy.ParseOptions{File: file, BaseDir: filepath.Dir(abs)})
-	if err != nil {
+	p, err := readPolicyFile(file)
+	var pathErr *fs.PathError
+	switch {
+	case errors.As(err, &pathErr):
+		fmt.Fprintf(stderr, "%s: %s\n", termtext.Field(file), errText(pathErr.Err)) // the file, as the user named it
+		return exitFailed
+	case err != nil:
 		printErrors(stderr, err)
-		return 1
+		return exitFailed
 	}
 	fmt.Fprintf(stdout, "%s: %s\n", termtext.Field(file), termtext.Escape(p.Summary(), termtext.LineMax))
-	return 0
+	return exitOK
 }
 
 // printErrors prints each joined error on its own line, escaped: a

@@ -33,17 +33,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials from Landlock audit records (root, Linux 6.15+); turns the host's kernel audit on while the run lasts and adds ~40 ms")
 	auditFile := fs.String("audit", "", "write every audit event (allow, deny, halt, exit) as JSON lines to `FILE` (created or truncated, mode 0600)")
 	if err := fs.Parse(args); err != nil {
-		return 125
+		return exitRunFailed
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
 		fmt.Fprintln(stderr, "airlock run: no command given: put it after --, e.g. airlock run -- python3 -c 'print(1)'")
-		return 125
+		return exitRunFailed
 	}
 	p, err := pf.build()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", errText(err))
-		return 125
+		return exitRunFailed
 	}
 	var halt haltSink // only the halt, for the summary: a flood of other events must not grow memory
 	sinks := audit.Tee{&halt}
@@ -53,7 +53,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 		if err != nil {
 			fmt.Fprintf(stderr, "airlock run: --audit: %s\nnothing was started\n", errText(err))
-			return 125
+			return exitRunFailed
 		}
 		defer f.Close()
 		jsonl = audit.NewJSONL(termtext.NewJSONWriter(f)) // an operator may cat it on a terminal
@@ -72,7 +72,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	restoreTerminal()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock run: %s\n", errText(err))
-		return 125
+		return exitRunFailed
 	}
 	if code := in.exitCode(); code != 0 && rep.HaltedBy != nil && *rep.HaltedBy == string(budget.Interrupted) {
 		rep.ExitCode = code // what a shell reports for a command killed by that signal
@@ -80,7 +80,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		if err := writeJSON(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "airlock run: write report: %s\n", errText(err))
-			return 125
+			return exitRunFailed
 		}
 	} else {
 		summary{rep: rep, halt: halt.event(), color: colorFor(stderr, os.Getenv)}.write(stderr)

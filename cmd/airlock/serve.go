@@ -93,11 +93,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return exitUsage
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "airlock serve: "+format+"\n", escapeArgs(a)...)
-		return 1
+		return exitFailed
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected argument %q: serve takes only flags", fs.Arg(0))
@@ -228,7 +228,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return fail("serve: %v", err)
 	}
-	return 0
+	return exitOK
 }
 
 // serveToken is one bearer token and the ceiling file given for it.
@@ -297,16 +297,7 @@ func loadCeiling(file string, seen map[string]*policy.Policy) (*policy.Policy, e
 	if c, ok := seen[abs]; ok {
 		return c, nil
 	}
-	f, err := os.Open(abs)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, policy.MaxInputSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", file, err)
-	}
-	c, err := policy.Parse(data, policy.ParseOptions{File: file, BaseDir: filepath.Dir(abs)})
+	c, err := readPolicyFile(file)
 	if err != nil {
 		return nil, err
 	}

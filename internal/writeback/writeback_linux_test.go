@@ -48,8 +48,8 @@ func (f fixture) upper(rel string) string { return filepath.Join(f.stage, "0/upp
 
 func whiteout(t *testing.T, p string) {
 	t.Helper()
-	airtest.RequireRoot(t) // mknod of a 0/0 device outside overlayfs
-	if err := unix.Mknod(p, unix.S_IFCHR|0o000, 0); err != nil {
+	airtest.RequireRoot(t)                                 // mknod of a 0/0 device outside overlayfs
+	if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil { // mode 0, device 0/0: a whiteout
 		t.Fatal(err)
 	}
 }

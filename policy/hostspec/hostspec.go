@@ -17,6 +17,7 @@
 //	(Pattern) Within(outer Pattern) bool // outer matches every host:port p matches (ceilings)
 //	NormalizeHost(h string) (string, error) // canonical name or canonical IP text
 //	IsSpecial(a netip.Addr) bool          // loopback, private, link-local, CGNAT, ULA, multicast, ...
+//	Join(host string, port uint16) string // "host:port", IPv6 in brackets
 //
 // # Entry syntax
 //

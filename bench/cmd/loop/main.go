@@ -40,8 +40,6 @@ func main() {
 	fmt.Printf("%.2f\n", float64(time.Since(start).Nanoseconds())/float64(n))
 }
 
-var sink uint64
-
 var ops = map[string]func(n int) error{
 	"getpid": func(n int) error {
 		for range n {
@@ -78,7 +76,9 @@ var ops = map[string]func(n int) error{
 			x ^= x >> 7
 			x ^= x << 17
 		}
-		sink = x
+		if x == 0 { // never: xorshift64 does not reach 0; the test keeps the loop from being dropped
+			return fmt.Errorf("xorshift64 reached 0")
+		}
 		return nil
 	},
 }

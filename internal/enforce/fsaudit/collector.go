@@ -2,6 +2,7 @@ package fsaudit
 
 import (
 	"errors"
+	"strings"
 	"sync"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 type Collector struct {
 	t *tracker
 
+	syncMu sync.Mutex
+	syncs  map[string]chan struct{} // guarded by syncMu: Sync markers awaited
+
 	closeOnce sync.Once
 	stop      func() error // releases the socket and the audit setting
 	closeErr  error
@@ -57,6 +61,47 @@ type Collector struct {
 //     denial right away)
 func (c *Collector) Track(pid int) *Run {
 	return c.t.track(pid)
+}
+
+// syncMarker starts the text of the records Sync writes.
+const syncMarker = "airlock-fsaudit-sync "
+
+// awaitMarker registers a Sync marker and returns the channel closed when
+// its record is read.
+func (c *Collector) awaitMarker(nonce string) chan struct{} {
+	ch := make(chan struct{})
+	c.syncMu.Lock()
+	if c.syncs == nil {
+		c.syncs = map[string]chan struct{}{}
+	}
+	c.syncs[nonce] = ch
+	c.syncMu.Unlock()
+	return ch
+}
+
+func (c *Collector) forgetMarker(nonce string) {
+	c.syncMu.Lock()
+	delete(c.syncs, nonce)
+	c.syncMu.Unlock()
+}
+
+// markerRead closes the channel of the marker a user record's text
+// carries, if it is one Sync awaits.
+func (c *Collector) markerRead(text []byte) {
+	s := string(text)
+	i := strings.Index(s, syncMarker)
+	if i < 0 {
+		return
+	}
+	nonce, _, _ := strings.Cut(s[i+len(syncMarker):], "'")
+	nonce = strings.TrimRight(nonce, "\x00")
+	c.syncMu.Lock()
+	ch, ok := c.syncs[nonce]
+	delete(c.syncs, nonce)
+	c.syncMu.Unlock()
+	if ok {
+		close(ch)
+	}
 }
 
 // Close stops reading records and, when Start turned the kernel's audit

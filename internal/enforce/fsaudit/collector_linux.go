@@ -1,7 +1,10 @@
 package fsaudit
 
 import (
+	"context"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +134,34 @@ func (c *Collector) read(f *os.File) {
 	}
 }
 
+// Sync returns once every record the kernel queued before the call has
+// been read, or when ctx ends (with its error). A denied syscall queues its
+// record before it returns, so after Sync a run's Denials include every
+// denial of the processes that have exited, even while its domain lives on
+// (a session between execs).
+//
+// It writes one AUDIT_USER record carrying a random marker (which needs
+// CAP_AUDIT_WRITE, as reading needs CAP_AUDIT_READ) and waits to read it
+// back: the kernel delivers records in the order it queued them. Like
+// the denials, that record also reaches auditd or the kernel log.
+func (c *Collector) Sync(ctx context.Context) error {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
+	nonce := hex.EncodeToString(b[:])
+	ch := c.awaitMarker(nonce)
+	defer c.forgetMarker(nonce)
+	// A C string: the kernel drops the payload's last byte.
+	if _, err := auditRequest(unix.AUDIT_USER, []byte(syncMarker+nonce+"\x00")); err != nil {
+		return fmt.Errorf("fsaudit: write the sync record: %w", err)
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // handle dispatches one datagram.
 func (c *Collector) handle(b []byte) {
 	if len(b) < unix.NLMSG_HDRLEN {
@@ -147,6 +178,8 @@ func (c *Collector) handle(b []byte) {
 		if r, ok := parseDomainRecord(text); ok {
 			c.t.domainEvent(r)
 		}
+	case unix.AUDIT_USER:
+		c.markerRead(text)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/hostspec"
 )
 
 // Denial is one operation Landlock refused during a run, named by the
@@ -118,7 +119,10 @@ func target(r accessRecord) string {
 		return f["name"] // a dentry: the kernel gives only its last component
 	case f["dest"] != "":
 		if f["daddr"] != "" {
-			return hostPort(f["daddr"], f["dest"])
+			if port, err := strconv.ParseUint(f["dest"], 10, 16); err == nil {
+				return hostspec.Join(f["daddr"], uint16(port))
+			}
+			return f["daddr"]
 		}
 		return "port " + f["dest"]
 	case f["src"] != "":
@@ -130,16 +134,6 @@ func target(r accessRecord) string {
 		return "pid " + f["opid"]
 	}
 	return ""
-}
-
-// hostPort joins an address and a port, bracketing IPv6 addresses.
-func hostPort(addr, port string) string {
-	for i := 0; i < len(addr); i++ {
-		if addr[i] == ':' {
-			return "[" + addr + "]:" + port
-		}
-	}
-	return addr + ":" + port
 }
 
 // explain writes the Message and Hint for d.

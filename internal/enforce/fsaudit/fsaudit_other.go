@@ -3,6 +3,7 @@
 package fsaudit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -11,6 +12,11 @@ import (
 // errors.ErrUnsupported: Landlock exists only on Linux.
 func Available() error {
 	return fmt.Errorf("%w: landlock is Linux only: %w", ErrUnavailable, errors.ErrUnsupported)
+}
+
+// Sync returns the error of Available.
+func (c *Collector) Sync(ctx context.Context) error {
+	return Available()
 }
 
 // Start returns the error of Available.

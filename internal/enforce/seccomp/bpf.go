@@ -17,16 +17,18 @@ type Insn struct {
 }
 
 // The classic BPF opcodes this package emits and Run understands. They are a
-// subset of what seccomp_check_filter (kernel/seccomp.c) accepts.
+// subset of what seccomp_check_filter (kernel/seccomp.c) accepts. Each is
+// the OR of its fields (linux/bpf_common.h), whose values the comments
+// give; BPF_LD, BPF_W, BPF_JA and BPF_K are 0.
 const (
-	opLdAbsW = 0x00 | 0x00 | 0x20 // BPF_LD | BPF_W | BPF_ABS: A = 32-bit word at offset K of seccomp_data
-	opAndK   = 0x04 | 0x50 | 0x00 // BPF_ALU | BPF_AND | BPF_K: A &= K
-	opJa     = 0x05 | 0x00        // BPF_JMP | BPF_JA: pc += K
-	opJeqK   = 0x05 | 0x10 | 0x00 // BPF_JMP | BPF_JEQ | BPF_K
-	opJgtK   = 0x05 | 0x20 | 0x00 // BPF_JMP | BPF_JGT | BPF_K
-	opJgeK   = 0x05 | 0x30 | 0x00 // BPF_JMP | BPF_JGE | BPF_K
-	opJsetK  = 0x05 | 0x40 | 0x00 // BPF_JMP | BPF_JSET | BPF_K
-	opRetK   = 0x06 | 0x00        // BPF_RET | BPF_K: return K
+	opLdAbsW = 0x20 // BPF_LD 0x00 | BPF_W 0x00 | BPF_ABS 0x20: A = 32-bit word at offset K of seccomp_data
+	opAndK   = 0x54 // BPF_ALU 0x04 | BPF_AND 0x50 | BPF_K: A &= K
+	opJa     = 0x05 // BPF_JMP 0x05 | BPF_JA 0x00: pc += K
+	opJeqK   = 0x15 // BPF_JMP 0x05 | BPF_JEQ 0x10 | BPF_K
+	opJgtK   = 0x25 // BPF_JMP 0x05 | BPF_JGT 0x20 | BPF_K
+	opJgeK   = 0x35 // BPF_JMP 0x05 | BPF_JGE 0x30 | BPF_K
+	opJsetK  = 0x45 // BPF_JMP 0x05 | BPF_JSET 0x40 | BPF_K
+	opRetK   = 0x06 // BPF_RET 0x06 | BPF_K: return K
 )
 
 // Limits and the layout of struct seccomp_data (linux/seccomp.h).

@@ -14,7 +14,18 @@ import (
 	"github.com/airlock-sandbox/airlock/plan"
 )
 
-// hostFS answers plan.Host from the real filesystem.
+// Plan compiles the plan this Cmd would run, without running anything.
+func (c *Cmd) Plan() (*plan.Plan, error) {
+	if c.Policy == nil {
+		return nil, errNoPolicy
+	}
+	return plan.Compile(c.Policy, plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted}, &hostFS{})
+}
+
+var errNoPolicy = errors.New("sandbox: Config.Policy is nil: build one with policy.Parse, policy.New or policy.Default")
+
+// hostFS answers plan.Host from the real filesystem. It is portable:
+// explain and export compile plans on any OS.
 type hostFS struct {
 	env     func(string) (string, bool)
 	loaders map[string]bool
@@ -69,7 +80,7 @@ func (h *hostFS) LookTool(name string) (inside, real string, err error) {
 }
 
 // ErrNotFound is wrapped when the command or a tool does not exist (exit 127).
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = errors.New("sandbox: not found")
 
 func (h *hostFS) noteLoader(path string) {
 	f, err := elf.Open(path)
