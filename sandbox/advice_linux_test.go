@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -152,3 +154,43 @@ func TestSessionBinShIsTheAllowedSh(t *testing.T) {
 		wantExit(t, execIn(t, s, sandbox.ExecRequest{Args: []string{name, "/etc/hostname"}}), 127)
 	}
 }
+
+// TestBudgetRefusalAdvisesNothing: a program that uses up max_ops through
+// the egress proxy reads the proxy's refusals, and its exec report lists
+// the budget denials; neither tells it to raise its own budget (that is
+// the operator's advice: the report's operator field, stripped from what
+// agents get, and the audit log).
+func TestBudgetRefusalAdvisesNothing(t *testing.T) {
+	requireSandbox(t)
+	airtest.RequireBinary(t, "/usr/bin/python3")
+	s := newSession(t, policy.Spec{NetHosts: []string{"allowed.test"}, AllowedTools: []string{"python3"},
+		Budget: budget.Limits{Wall: 20 * time.Second, Ops: 4}})
+	code := `import os, socket
+host, port = os.environ["HTTP_PROXY"].rsplit("/", 1)[1].split(":")
+for i in range(8):
+    try:
+        c = socket.create_connection((host, int(port)), timeout=5)
+        c.sendall(b"GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+        print(c.recv(4096).decode(errors="replace"))
+        c.close()
+    except OSError as e:
+        print("error", e)
+`
+	rep := execIn(t, s, sandbox.ExecRequest{Args: []string{"python3", "-c", code}})
+	if rep.HaltedBy == nil || *rep.HaltedBy != string(budget.MaxOps) {
+		t.Fatalf("halted_by = %v, want max_ops; stdout:\n%s", rep.HaltedBy, rep.Stdout)
+	}
+	seen := map[string]string{"stdout (the proxy's refusals)": rep.Stdout, "error": rep.Error}
+	for i, d := range rep.Denials {
+		seen["denial "+strconv.Itoa(i)+" message"] = d.Message
+		seen["denial "+strconv.Itoa(i)+" hint"] = d.Hint
+	}
+	for what, text := range seen {
+		if widening.MatchString(text) {
+			t.Errorf("%s tells the program to widen its budget: %q", what, text)
+		}
+	}
+}
+
+// widening matches advice that widens a policy.
+var widening = regexp.MustCompile(`(?i)\braise\b|\bto allow more\b|\badd "`)

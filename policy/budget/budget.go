@@ -112,7 +112,10 @@ type ExhaustedError struct {
 }
 
 func (e *ExhaustedError) Error() string {
-	return "budget: " + string(e.Limit) + " exhausted; the run is halted (raise " + string(e.Limit) + " in the policy's budget to allow more)"
+	// No advice to raise it: this text reaches the sandboxed program (the
+	// proxy's refusal, a report's denial). Raising a budget widens the
+	// policy, which is the operator's call (policy.SuggestBudget).
+	return "budget: " + string(e.Limit) + " exhausted; the run is halted"
 }
 
 // Is reports whether target is ErrExhausted.

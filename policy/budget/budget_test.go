@@ -280,7 +280,7 @@ func TestNilClock(t *testing.T) {
 
 func TestExhaustedErrorMessage(t *testing.T) {
 	err := &budget.ExhaustedError{Limit: budget.MaxOps}
-	want := "budget: max_ops exhausted; the run is halted (raise max_ops in the policy's budget to allow more)"
+	want := "budget: max_ops exhausted; the run is halted"
 	if got := err.Error(); got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
