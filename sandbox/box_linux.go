@@ -31,7 +31,23 @@ import (
 // (internal/enforce/nsinit, proto.go) on a socket: airlock's own init, or
 // the OCI launcher that drives runc or crun. Everything else is the box's.
 
-// backend starts sandboxes of one kind of isolation.
+// backend starts sandboxes of one kind of isolation. What a new backend
+// (no user namespace, gVisor, a microVM) implements is launch, and a control
+// process that speaks the protocol:
+//
+//   - launch compiles nothing: b.pl is the plan to apply, whole. It opens
+//     what the box tears down (b.stage for staged writes, b.lim for the
+//     cgroup or the downgrades the plan accepts) and fills b.enf with what
+//     it enforces, so that the report says exactly that.
+//   - The control process sends "listeners" when the plan has a proxy (the
+//     box serves the egress proxy on them), "mounts" with the grant roots
+//     as the sandbox sees them (the file API resolves beneath them), then
+//     "ready", or "error" and exit 125 without starting anything.
+//   - It runs each "exec" with the three fds it carries, answers "started"
+//     with a pid it can "kill" (its process group) and "exit" with the
+//     status and the rusage of that command alone; execs run concurrently.
+//   - Everything in the sandbox dies when the control process dies or its
+//     socket closes: the box's teardown is killing it and waiting.
 type backend interface {
 	// launch starts the control process for b.pl and returns it before it
 	// is ready: the box reads its control socket, and the sandbox is ready

@@ -28,7 +28,7 @@ const (
 //	   | ---- plan (JSON on PlanFD, then EOF) ---> |  (init only)
 //	   | ---- go [idmapped bind clones] ---------> |  set up network, mounts
 //	   | <--- listeners [http, socks] ------------ |  (when the plan has a proxy)
-//	   | <--- mounts [stage, grant roots...] ----- |  (init only)
+//	   | <--- mounts [stage, grant roots...] ----- |  the file API's roots
 //	   | <--- ready (landlock ABI) --------------- |  every restriction in place
 //	   |        or error (stage, error), exit 125  |
 //	   | ---- exec id [stdin, stdout, stderr] ---> |  fork + execve argv
