@@ -136,7 +136,11 @@ func (c DenialCounts) MarshalJSON() ([]byte, error) {
 
 // Enforcement says which layers held during the run.
 type Enforcement struct {
-	Namespaces bool `json:"namespaces"`
+	// Backend is the isolation that ran the sandbox: "namespaces"
+	// (airlock's own init), "oci/runc" or "oci/crun". Empty when nothing
+	// was started.
+	Backend    string `json:"backend,omitempty"`
+	Namespaces bool   `json:"namespaces"`
 	// Landlock is the Landlock ABI enforced; 0 means not enforced (only
 	// with allow_downgrade: landlock).
 	Landlock int  `json:"landlock_abi"`
@@ -144,6 +148,9 @@ type Enforcement struct {
 	// Cgroup is "v1", "v2", "hybrid", or "" when no cgroup was used.
 	Cgroup     string   `json:"cgroup,omitempty"`
 	Downgrades []string `json:"downgrades,omitempty"`
+	// Weaker says, for each downgrade taken, what the sandbox then does
+	// not stop or hide, in a sentence.
+	Weaker []string `json:"weaker,omitempty"`
 	// FSDenials says whether filesystem denials can be reported on this
 	// host.
 	FSDenials string `json:"fs_denials"`

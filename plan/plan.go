@@ -169,6 +169,13 @@ type Plan struct {
 	NetHosts []string `json:"net_hosts,omitempty"`
 	// RequireLandlock is false only when the policy accepts the downgrade.
 	RequireLandlock bool `json:"require_landlock"`
+	// ProcFallback lets the init bind the /proc it sees (a container's)
+	// read-only, recursively, when the kernel refuses a fresh procfs for
+	// the sandbox's pid namespace (policy allow_downgrade: proc). The
+	// container's other processes are then listed inside; Landlock is
+	// required in that case, since its ptrace rule is what keeps their
+	// memory, environment and fds from the sandbox.
+	ProcFallback bool `json:"proc_fallback,omitempty"`
 	// Rlimits applied before execve.
 	Rlimits []Rlimit `json:"rlimits"`
 	// Tools are the executables visible in the sandbox (inside paths).
@@ -256,7 +263,7 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	if !req.Session && (len(req.Argv) == 0 || req.Argv[0] == "") {
 		return nil, fmt.Errorf("%w: no command given: put it after --", ErrBadRequest)
 	}
-	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), Session: req.Session,
+	pl := &Plan{Hostname: "airlock", RequireLandlock: !p.AcceptsDowngrade(policy.DowngradeLandlock), ProcFallback: p.AcceptsDowngrade(policy.DowngradeProc), Session: req.Session,
 		Namespaces: DefaultNamespaces(), IDMap: DefaultIDMap(), MaskedPaths: DefaultMaskedPaths(), ReadonlyPaths: DefaultReadonlyPaths(),
 		Capabilities: []string{}, NoNewPrivileges: true, Seccomp: DefaultSeccomp(), Limits: limitsOf(p)}
 	lim := p.Budget()

@@ -25,6 +25,12 @@ const (
 	DowngradeCPU      Downgrade = "max_cpu"    // no cpu controller: RLIMIT_CPU only
 	DowngradePids     Downgrade = "max_pids"   // no pids controller: RLIMIT_NPROC only
 	DowngradeFSAudit  Downgrade = "fs_audit"   // filesystem denials cannot be reported
+	// DowngradeProc: where the kernel refuses the sandbox a /proc of its
+	// own (inside a container that masks parts of its /proc), the
+	// container's /proc read-only instead: the container's other processes
+	// are listed there, under the container's pid numbers, and cannot be
+	// signalled, traced or read beyond what ps shows.
+	DowngradeProc Downgrade = "proc"
 )
 
 // Policy is an immutable, fully validated allow-list. The zero Policy is

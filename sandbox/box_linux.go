@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
@@ -166,6 +168,15 @@ func (b *box) route() {
 		case nsinit.MsgReady:
 			b.enf.Landlock = m.Landlock
 			b.enf.Namespaces, b.enf.Seccomp = true, true
+			if m.Landlock == 0 && b.enf.Backend == "namespaces" {
+				b.downgraded(policy.DowngradeLandlock) // the init refuses this unless the plan accepts it
+			}
+			if m.ProcShared {
+				b.downgraded(policy.DowngradeProc)
+			}
+			if m.HostnameKept {
+				b.enf.Weaker = append(b.enf.Weaker, "hostname: the host refused sethostname (a container's seccomp profile), so the sandbox's own UTS namespace shows the container's hostname")
+			}
 			b.ready <- nil
 		case nsinit.MsgError:
 			b.ready <- fmt.Errorf("sandbox setup failed at %s: %s (nothing was started)", m.Stage, m.Error)
@@ -306,4 +317,26 @@ func haltReason(l budget.Limit) string {
 		return "the sandbox reached max_ops (each connection to the egress proxy and each request it decides, granted or denied, is one op) and was killed with everything running in it"
 	}
 	return "the sandbox reached " + string(l) + " and was killed with everything running in it"
+}
+
+// weaker says, for each downgrade, what the sandbox then does not stop or
+// hide (the report's enforcement.weaker).
+var weaker = map[policy.Downgrade]string{
+	policy.DowngradeLandlock: "landlock: no Landlock: files outside the grants are absent (mount namespace), but nothing refuses a path inside the sandbox's root beyond its mount flags, and signals and abstract sockets are not scoped",
+	policy.DowngradeMemory:   "max_memory: no memory cgroup: RLIMIT_AS bounds each process's address space, not the sandbox's memory as a whole",
+	policy.DowngradePids:     "max_pids: no pids cgroup: RLIMIT_NPROC bounds the processes of the sandbox's user, not exactly its process tree",
+	policy.DowngradeCPU:      "max_cpu: no cpu cgroup: RLIMIT_CPU bounds each process's CPU time, not the tree's",
+	policy.DowngradeProc: "proc: /proc is the container's, read-only: the container's other processes are listed there (under the container's pid numbers, so /proc/self is right but /proc/<getpid()> is not) " +
+		"with what ps shows of them and the numbers of their open fds; they cannot be signalled, traced, or have their memory, environment or fds read (pid namespace, Landlock, seccomp)",
+}
+
+// downgraded records that the sandbox runs without d.
+func (b *box) downgraded(d policy.Downgrade) {
+	if slices.Contains(b.enf.Downgrades, string(d)) {
+		return
+	}
+	b.enf.Downgrades = append(b.enf.Downgrades, string(d))
+	if w, ok := weaker[d]; ok {
+		b.enf.Weaker = append(b.enf.Weaker, w)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/policy"
 )
 
 // nsBackend is airlock's own isolation: the re-executed init (nsinit) as
@@ -38,7 +39,10 @@ func (nsBackend) launch(b *box) (*control, error) {
 		b.stage.close()
 		return nil, err
 	}
-	b.enf.Downgrades = b.lim.downgrades
+	b.enf.Backend = "namespaces"
+	for _, d := range b.lim.downgrades {
+		b.downgraded(policy.Downgrade(d))
+	}
 	if b.lim.group != nil {
 		b.enf.Cgroup = b.lim.host.Version
 	}
@@ -79,7 +83,7 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 		extra = append(extra, initFile)
 		exe = "/proc/self/fd/5"
 	}
-	root := os.Geteuid() == 0
+	root := namespace.HostAdmin() // not euid 0: root in a container lacks what the privileged path needs
 	id, gid := os.Getuid(), os.Getgid()
 	if root {
 		id = hostID(b.pl)

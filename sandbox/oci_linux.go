@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/export/oci"
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 )
 
@@ -52,8 +53,8 @@ type ociBackend struct{ runtime string }
 // launch prepares the bundle, the network namespace with the proxy's
 // listeners, the stage and the launcher, and starts the launcher.
 func (o ociBackend) launch(b *box) (*control, error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("isolation oci needs root (the bundle maps the sandbox to an unprivileged host id); run as root or use the default isolation")
+	if !namespace.HostAdmin() {
+		return nil, errors.New("isolation oci needs root on the host (CAP_SYS_ADMIN in the initial user namespace: the bundle maps the sandbox to an unprivileged host id), which this process lacks (a non-root user, or root in a container); use the default isolation")
 	}
 	rt, err := findRuntime(o.runtime)
 	if err != nil {
@@ -148,6 +149,7 @@ func (l *ociLaunch) start() (*control, error) {
 	if err := os.Chmod(l.tmp, 0o711); err != nil { // the runtime's user namespace must reach the bundle
 		return nil, err
 	}
+	b.enf.Backend = "oci/" + l.rt.name
 	b.enf.Namespaces, b.enf.Seccomp = true, true
 	b.enf.Cgroup = "runtime:" + l.rt.name
 	b.enf.FSDenials = "not reported under isolation oci"

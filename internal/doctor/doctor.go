@@ -15,8 +15,17 @@ type Facts struct {
 	// Kernel is the uname(2) release, e.g. "6.18.4"; "" when unknown.
 	Kernel string
 
-	// Root reports whether airlock runs with euid 0.
+	// Root reports whether airlock runs as root on the host (CAP_SYS_ADMIN
+	// in the initial user namespace): the privileged path.
 	Root bool
+	// ContainerRoot reports euid 0 without that capability: root in a
+	// container, which takes the unprivileged path.
+	ContainerRoot bool
+
+	// Proc is nil when a fresh procfs could be mounted in a new user,
+	// mount and pid namespace (the sandbox's own /proc); else why not.
+	// Probed only when UserNS is nil.
+	Proc error
 
 	// UserNS is the outcome of creating a process in the namespaces every
 	// sandbox gets (user, mount, pid, net, ipc, uts, cgroup) as this user.
@@ -154,9 +163,12 @@ func Evaluate(f Facts) Report {
 		kernel = "unknown"
 	}
 	check("kernel", f.Kernel != "", "Linux "+kernel, "")
-	if f.Root {
-		check("root", true, "running as root (euid 0)", "the sandbox runs as a random unprivileged uid; grants are idmapped so files keep your ownership")
-	} else {
+	switch {
+	case f.Root:
+		check("root", true, "running as root on the host (CAP_SYS_ADMIN in the initial user namespace)", "the sandbox runs as a random unprivileged uid; grants are idmapped so files keep your ownership")
+	case f.ContainerRoot:
+		check("root", true, "running as uid 0 without CAP_SYS_ADMIN in the initial user namespace (root in a container)", "the sandbox runs as this uid 0, without capabilities outside its namespaces; grants are not idmapped; cgroup limits need a delegated cgroup")
+	default:
 		check("root", true, "running unprivileged", "the sandbox runs as your uid; cgroup limits need a delegated cgroup v2 subtree")
 	}
 
@@ -169,6 +181,13 @@ func Evaluate(f Facts) Report {
 		ns := namespaceList(plan.DefaultNamespaces()) + " namespaces"
 		check("userns", true, "created "+ns+"; "+unpriv, "")
 		layer("namespaces", Enforced, ns, "")
+		if f.Proc == nil {
+			check("proc", true, "a new procfs mounts in the sandbox's namespaces", "")
+			layer("proc", Enforced, "the sandbox's own /proc: only its processes", "")
+		} else {
+			check("proc", false, f.Proc.Error(), "runs are refused unless the policy accepts allow_downgrade: proc, which shows the container's /proc read-only: its processes are listed (pid numbers and what ps shows, the numbers of their fds), not reachable")
+			layer("proc", Refused, "the kernel refuses the sandbox a /proc of its own", "proc")
+		}
 	} else {
 		check("userns", false, f.UserNS.Error()+"; "+unpriv, "every run is refused: the sandbox is built from these namespaces")
 		layer("namespaces", Refused, "cannot create the sandbox's namespaces", "")

@@ -129,6 +129,8 @@ func TestRunUsesProbes(t *testing.T) {
 	p := doctor.Probes{
 		Kernel:             func() (string, error) { return "5.10.0", nil },
 		Root:               func() bool { return false },
+		ContainerRoot:      func() bool { return false },
+		Proc:               func() error { t.Error("Proc probed without user namespaces"); return nil },
 		UserNS:             func() error { return errors.New("clone: operation not permitted") },
 		UnprivilegedUserNS: func() error { t.Error("UnprivilegedUserNS probed for a non-root caller"); return nil },
 		Landlock:           func() (int, error) { return 0, errors.New("landlock: not enabled at boot") },
@@ -173,6 +175,16 @@ func TestReportGolden(t *testing.T) {
 			f.CgroupWritable["pids"] = errors.New("/sys/fs/cgroup/pids: permission denied")
 			f.Audit = doctor.Audit{Err: errors.New("AUDIT_GET: operation not permitted"),
 				Collector: errors.New("fsaudit: landlock ABI 0: denial records need ABI 7 (Linux 6.15 with CONFIG_AUDIT)")}
+		}},
+		// Root in a podman container: uid 0 without CAP_SYS_ADMIN on the
+		// host, a /proc whose masks refuse the sandbox its own, no cgroups.
+		{"container-root", func(f *doctor.Facts) {
+			f.Root, f.ContainerRoot = false, true
+			f.Proc = errors.New("mounts cover parts of /proc (/proc/acpi, /proc/keys, /proc/timer_list, /proc/bus, …), as a container's masks do, so the kernel refuses a new procfs in a user namespace")
+			f.Cgroup, f.CgroupErr = cgroup.Host{}, errors.New("cgroup: no cgroup hierarchy is mounted")
+			f.CgroupWritable = nil
+			f.Audit = doctor.Audit{Err: errors.New("AUDIT_GET: operation not permitted"),
+				Collector: errors.New("fsaudit: needs CAP_AUDIT_READ in the initial user namespace")}
 		}},
 	}
 	for _, tt := range tests {

@@ -10,8 +10,14 @@ import (
 type Probes struct {
 	// Kernel returns the uname(2) release.
 	Kernel func() (string, error)
-	// Root reports whether the process runs with euid 0.
+	// Root reports whether the process is root on the host (CAP_SYS_ADMIN
+	// in the initial user namespace).
 	Root func() bool
+	// ContainerRoot reports euid 0 without that capability (root in a
+	// container).
+	ContainerRoot func() bool
+	// Proc mounts a fresh procfs in a new user, mount and pid namespace.
+	Proc func() error
 	// UserNS creates a short-lived process in the sandbox's namespaces.
 	UserNS func() error
 	// UnprivilegedUserNS checks that an unprivileged user may create a
@@ -39,7 +45,11 @@ func Gather(p Probes) Facts {
 		f.Kernel = k
 	}
 	f.Root = p.Root()
+	f.ContainerRoot = !f.Root && p.ContainerRoot()
 	f.UserNS = p.UserNS()
+	if f.UserNS == nil {
+		f.Proc = p.Proc()
+	}
 	if f.Root {
 		f.UnprivilegedUserNS = p.UnprivilegedUserNS()
 	} else {
@@ -78,6 +88,12 @@ func (p Probes) withDefaults() Probes {
 	}
 	if p.Root == nil {
 		p.Root = isRoot
+	}
+	if p.ContainerRoot == nil {
+		p.ContainerRoot = isContainerRoot
+	}
+	if p.Proc == nil {
+		p.Proc = probeProc
 	}
 	if p.UserNS == nil {
 		p.UserNS = probeUserNS

@@ -32,7 +32,66 @@ func kernelRelease() (string, error) {
 	return unix.ByteSliceToString(u.Release[:]), nil
 }
 
-func isRoot() bool { return os.Geteuid() == 0 }
+// isRoot reports whether the supervisor takes the privileged path: root
+// on the host, with CAP_SYS_ADMIN in the initial user namespace (root in a
+// container is not).
+func isRoot() bool { return namespace.HostAdmin() }
+
+// isContainerRoot reports uid 0 without that capability: root in a
+// container.
+func isContainerRoot() bool { return os.Geteuid() == 0 && !namespace.HostAdmin() }
+
+// probeProc mounts a fresh procfs in new user, mount and pid namespaces,
+// as the sandbox's init does, with unshare(1). Without unshare it reads
+// this process's mounts instead: the kernel refuses a new procfs in a
+// user namespace while mounts cover parts of the /proc it can see
+// (mount_too_revealing in fs/namespace.c), which is what a container's
+// masks do.
+func probeProc() error {
+	unshare, err := lookBinary("/usr/bin/unshare", "/bin/unshare")
+	if err != nil {
+		return procCovered()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, unshare, "--user", "--map-root-user", "--mount", "--pid", "--fork", "--mount-proc", "true")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if covered := procCovered(); covered != nil {
+			return covered
+		}
+		return fmt.Errorf("a new procfs in a user namespace was refused: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// procCovered returns an error naming the mounts over parts of /proc, or
+// nil when there are none besides binfmt_misc (an empty folder, which the
+// kernel allows).
+func procCovered() error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil // nothing to say
+	}
+	var covered []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		if mp := f[4]; strings.HasPrefix(mp, "/proc/") && mp != "/proc/sys/fs/binfmt_misc" {
+			covered = append(covered, mp)
+		}
+	}
+	if len(covered) == 0 {
+		return nil
+	}
+	if len(covered) > 4 {
+		covered = append(covered[:4], "…")
+	}
+	return fmt.Errorf("mounts cover parts of /proc (%s), as a container's masks do, so the kernel refuses a new procfs in a user namespace", strings.Join(covered, ", "))
+}
 
 // lookBinary returns the first of names that is an executable file.
 func lookBinary(names ...string) (string, error) {
@@ -65,7 +124,7 @@ func startInNamespaces(ctx context.Context) (*exec.Cmd, *os.File, error) {
 		return nil, nil, err
 	}
 	defer r.Close()
-	root := os.Geteuid() == 0
+	root := namespace.HostAdmin()
 	id, gid := os.Getuid(), os.Getgid()
 	if root {
 		idm := plan.DefaultIDMap()

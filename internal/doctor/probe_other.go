@@ -5,14 +5,15 @@ package doctor
 import (
 	"errors"
 	"fmt"
-	"os"
 )
 
 // errNeedsLinux is what every probe reports off Linux.
 var errNeedsLinux = fmt.Errorf("doctor: %w: airlock enforces only on Linux", errors.ErrUnsupported)
 
 func kernelRelease() (string, error) { return "", errNeedsLinux }
-func isRoot() bool                   { return os.Geteuid() == 0 }
+func isRoot() bool                   { return false }
+func isContainerRoot() bool          { return false }
+func probeProc() error               { return errNeedsLinux }
 func probeUserNS() error             { return errNeedsLinux }
 func probeUnprivilegedUserNS() error { return errNeedsLinux }
 func probeSeccomp() error            { return errNeedsLinux }

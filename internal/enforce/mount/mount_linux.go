@@ -112,7 +112,13 @@ func MountFlags(m plan.Mount) uintptr {
 
 // Builder assembles a new root directory.
 type Builder struct {
-	Root   string // absolute directory the root tmpfs is mounted on
+	Root string // absolute directory the root tmpfs is mounted on
+	// ProcFallback lets the proc step bind the /proc this process sees,
+	// read-only and recursively, when the kernel refuses a fresh procfs
+	// (plan.ProcFallback); ProcShared says it did.
+	ProcFallback bool
+	ProcShared   bool
+
 	rootFD int
 	stage  string   // where the stage is mounted while the root is built; "" if none
 	empty  string   // an empty file that hides fs_deny files; "" until needed
@@ -201,9 +207,25 @@ func (b *Builder) Place(m plan.Mount, tree int) error {
 		if err := mkdirat(pfd, name); err != nil {
 			return err
 		}
-		if err := unix.Mount("proc", b.Root+m.Target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		err := unix.Mount("proc", b.Root+m.Target, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		if err == nil {
+			return nil
+		}
+		refused := errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)
+		if !refused {
 			return fmt.Errorf("mount proc: %w", err)
 		}
+		if !b.ProcFallback {
+			// mount_too_revealing (fs/namespace.c): a user namespace gets a
+			// new procfs only where the /proc it can see is not partly
+			// covered, which a container's masks are.
+			return fmt.Errorf("mount proc: %w: the kernel refuses this sandbox a /proc of its own, as inside a container that masks parts of its /proc; "+
+				"add \"proc\" to allow_downgrade (--allow-downgrade proc) to show the container's /proc read-only instead (airlock doctor says what that shows)", err)
+		}
+		if err := b.bindProc(pfd, name); err != nil {
+			return fmt.Errorf("mount proc: %w; and binding the container's /proc read-only failed: %w", unix.EPERM, err)
+		}
+		b.ProcShared = true
 		return nil
 	case plan.KindBind:
 		var st unix.Stat_t
@@ -230,6 +252,26 @@ func (b *Builder) Place(m plan.Mount, tree int) error {
 		return nil
 	}
 	return fmt.Errorf("airlock bug: unknown mount kind %q", m.Kind)
+}
+
+// bindProc binds the /proc this process sees (a container's) at name in
+// pfd, read-only, nosuid, nodev and noexec, with every mount below it: the
+// container's own masks come along, locked (they cannot be unmounted from
+// inside), and ProtectPaths adds the plan's on top.
+func (b *Builder) bindProc(pfd int, name string) error {
+	tree, err := unix.OpenTree(unix.AT_FDCWD, "/proc", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("open_tree /proc: %w", err)
+	}
+	defer unix.Close(tree)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC, Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, attr); err != nil {
+		return fmt.Errorf("make the /proc bind read-only: %w", err)
+	}
+	if err := unix.MoveMount(tree, "", pfd, name, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount /proc: %w", err)
+	}
+	return nil
 }
 
 func mkdirat(fd int, name string) error {

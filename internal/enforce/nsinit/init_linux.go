@@ -85,7 +85,7 @@ func setupAndRun() (int, error) {
 	if err := setupNetwork(pl); err != nil {
 		return 0, fail("network", err)
 	}
-	stage, grants, err := setupMounts(pl, idmapFDs)
+	stage, grants, procShared, err := setupMounts(pl, idmapFDs)
 	if err != nil {
 		return 0, fail("mounts", err)
 	}
@@ -100,14 +100,26 @@ func setupAndRun() (int, error) {
 	if err != nil {
 		return 0, fail("report mounts", err)
 	}
-	if err := unix.Sethostname([]byte(pl.Hostname)); err != nil {
+	// A container's seccomp profile may refuse sethostname without
+	// CAP_SYS_ADMIN (Docker's and podman's do): the sandbox's own UTS
+	// namespace then keeps the container's name, which it cannot change
+	// for anyone else; the report says so.
+	hostnameKept := false
+	if err := unix.Sethostname([]byte(pl.Hostname)); errors.Is(err, unix.EPERM) {
+		hostnameKept = true
+	} else if err != nil {
 		return 0, fail("hostname", err)
 	}
 	abi, err := restrict(pl)
 	if err != nil {
 		return 0, err
 	}
-	if err := Send(ControlFD, Message{Type: MsgReady, Landlock: abi}); err != nil {
+	if procShared && abi == 0 {
+		// The container's processes are listed in this /proc: Landlock's
+		// ptrace rule is what keeps their memory and fds from the sandbox.
+		return 0, fail("landlock", errors.New("the sandbox sees the container's /proc (allow_downgrade: proc), and only Landlock keeps the container's processes listed there out of reach, but Landlock is unavailable here: nothing was started; run on a kernel with Landlock, or where the sandbox can have a /proc of its own"))
+	}
+	if err := Send(ControlFD, Message{Type: MsgReady, Landlock: abi, ProcShared: procShared, HostnameKept: hostnameKept}); err != nil {
 		return 0, fail("report ready", err)
 	}
 	return serve(pl)
@@ -139,7 +151,7 @@ func setupNetwork(pl *plan.Plan) error {
 // setupMounts builds the root and pivots into it. It returns the fds the
 // supervisor keeps: the stage (-1 when nothing is staged) and the root of
 // every grant, in plan order, as the sandbox sees them.
-func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, err error) {
+func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, procShared bool, err error) {
 	// Clone every source before the root tmpfs covers /tmp: grants may live
 	// there on the host.
 	trees := make([]int, len(pl.Mounts))
@@ -170,7 +182,7 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, err er
 		}
 	}
 	if len(cloneFDs) != 0 && len(cloneFDs) != binds {
-		return -1, nil, fmt.Errorf("airlock bug: %d cloned mounts received for %d binds", len(cloneFDs), binds)
+		return -1, nil, false, fmt.Errorf("airlock bug: %d cloned mounts received for %d binds", len(cloneFDs), binds)
 	}
 	next := 0
 	var staged int64 // bytes of staged files copied onto the stage
@@ -187,21 +199,21 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, err er
 				if m.Optional {
 					continue
 				}
-				return -1, nil, err
+				return -1, nil, false, err
 			}
 			trees[i] = fd
 		}
 		if m.Kind == plan.KindStagedFile {
 			n, err := mount.StagedFileSize(trees[i])
 			if err != nil {
-				return -1, nil, fmt.Errorf("fs_write %s: %w", m.Source, err)
+				return -1, nil, false, fmt.Errorf("fs_write %s: %w", m.Source, err)
 			}
 			staged += n + 4096 // a page of slack per file
 		}
 	}
-	b := &mount.Builder{Root: "/tmp"}
+	b := &mount.Builder{Root: "/tmp", ProcFallback: pl.ProcFallback}
 	if err := b.MountRoot(); err != nil {
-		return -1, nil, err
+		return -1, nil, false, err
 	}
 	for i, m := range pl.Mounts {
 		switch {
@@ -219,25 +231,25 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, err er
 			err = b.Place(m, trees[i])
 		}
 		if err != nil {
-			return -1, nil, err
+			return -1, nil, false, err
 		}
 	}
 	if err := b.ProtectPaths(pl.ReadonlyPaths, pl.MaskedPaths); err != nil {
-		return -1, nil, err
+		return -1, nil, false, err
 	}
 	for _, m := range pl.Mounts {
 		if m.Grant() {
 			fd, err := b.OpenGrant(m.Target)
 			if err != nil {
-				return -1, nil, err
+				return -1, nil, false, err
 			}
 			grants = append(grants, fd)
 		}
 	}
 	if stage, err = b.DetachStage(); err != nil {
-		return -1, nil, err
+		return -1, nil, false, err
 	}
-	return stage, grants, b.Finish()
+	return stage, grants, b.ProcShared, b.Finish()
 }
 
 // exitMessage is the "exit" message for a reaped command: its status, and

@@ -69,6 +69,12 @@ type Message struct {
 	Error    string `json:"error,omitempty"`
 	IDMaps   int    `json:"idmaps,omitempty"`   // go: number of idmapped grant fds attached
 	Landlock int    `json:"landlock,omitempty"` // ready: the Landlock ABI enforced, 0 = none
+	// ProcShared (ready) says /proc is the container's, bound read-only,
+	// because the kernel refused a fresh one (plan.ProcFallback).
+	ProcShared bool `json:"proc_shared,omitempty"`
+	// HostnameKept (ready) says sethostname was refused (a container's
+	// seccomp profile): the sandbox's UTS namespace has the host's name.
+	HostnameKept bool `json:"hostname_kept,omitempty"`
 	// exit: CPU time and peak resident size (bytes) of the command and the
 	// descendants it waited for.
 	CPUMS  int64 `json:"cpu_ms,omitempty"`
