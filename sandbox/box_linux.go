@@ -77,6 +77,8 @@ type box struct {
 	proxy atomic.Pointer[egress.Proxy]
 	ctl   *control // set once launched
 
+	halted firstHalt
+
 	// sandboxID is the host uid and gid the sandbox runs as when the
 	// supervisor is root; 0 rootless (it runs as the caller).
 	sandboxID int
@@ -89,7 +91,6 @@ type box struct {
 
 	mu      sync.Mutex
 	guard   *guard.Guard                   // guarded by mu: a session's file API, closed first at teardown
-	haltMsg string                         // guarded by mu
 	pending map[string]chan nsinit.Message // guarded by mu: exec ID -> its messages
 	closed  bool                           // guarded by mu: no new exec
 	final   final                          // guarded by mu: set by teardown
@@ -286,21 +287,33 @@ func (b *box) setGuard(g *guard.Guard) {
 
 // halt stops the sandbox's meter because of l (when set) and keeps the
 // first explanation.
-func (b *box) halt(l budget.Limit, msg string) {
-	if l != "" {
-		b.meter.Halt(l)
-	}
-	b.mu.Lock()
-	if b.haltMsg == "" {
-		b.haltMsg = msg
-	}
-	b.mu.Unlock()
+func (b *box) halt(l budget.Limit, msg string) { b.halted.note(b.meter, l, msg) }
+
+func (b *box) haltMessage() string { return b.halted.message() }
+
+// firstHalt stops a meter and keeps the explanation of the first halt: a
+// sandbox's, and an exec's own.
+type firstHalt struct {
+	mu  sync.Mutex
+	msg string // guarded by mu
 }
 
-func (b *box) haltMessage() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.haltMsg
+// note halts m because of l (when set) and keeps msg if it is the first.
+func (f *firstHalt) note(m *budget.Meter, l budget.Limit, msg string) {
+	if l != "" {
+		m.Halt(l)
+	}
+	f.mu.Lock()
+	if f.msg == "" {
+		f.msg = msg
+	}
+	f.mu.Unlock()
+}
+
+func (f *firstHalt) message() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.msg
 }
 
 // finalState returns what the teardown recorded; valid once done is closed.

@@ -26,8 +26,7 @@ type execRun struct {
 	// cpuBefore is the sandbox's CPU time (cgroup) when the exec began.
 	cpuBefore int64
 
-	mu      sync.Mutex
-	haltMsg string // guarded by mu
+	halted firstHalt
 }
 
 func newExecRun(b *box, wall time.Duration, whole bool) *execRun {
@@ -41,22 +40,9 @@ func newExecRun(b *box, wall time.Duration, whole bool) *execRun {
 	return e
 }
 
-func (e *execRun) halt(l budget.Limit, msg string) {
-	if l != "" {
-		e.meter.Halt(l)
-	}
-	e.mu.Lock()
-	if e.haltMsg == "" {
-		e.haltMsg = msg
-	}
-	e.mu.Unlock()
-}
+func (e *execRun) halt(l budget.Limit, msg string) { e.halted.note(e.meter, l, msg) }
 
-func (e *execRun) haltMessage() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.haltMsg
-}
+func (e *execRun) haltMessage() string { return e.halted.message() }
 
 func (e *execRun) fail(err error) {
 	e.report.ExitCode = 125

@@ -202,8 +202,9 @@ func cloneBinds(pid int, pl *plan.Plan) ([]int, error) {
 	return fds, nil
 }
 
-// readControl takes the init's start-up fds (proxy listeners, the stage and
-// grant roots) and forwards every other message to the box.
+// readControl takes a control process's start-up fds (proxy listeners,
+// the stage and grant roots; the OCI launcher sends no stage) and forwards
+// every other message to the box.
 func readControl(b *box, ctl *control) {
 	defer close(ctl.msgs)
 	for {

@@ -245,34 +245,8 @@ func (l *ociLaunch) startLauncher(initFile *os.File, stageFD int) (*control, err
 	if stageFD >= 0 {
 		ctl.watch(func(stop <-chan struct{}) { b.stage.watch(stop, haltFull(b)) })
 	}
-	go readLauncher(b, ctl)
+	go readControl(b, ctl) // the launcher never sends a stage: the supervisor holds it
 	return ctl, nil
-}
-
-// readLauncher takes the launcher's start-up fds (the proxy listeners made
-// in the container's network namespace, the grant roots inside it) and
-// forwards every other message to the box.
-func readLauncher(b *box, ctl *control) {
-	defer close(ctl.msgs)
-	for {
-		m, fds, err := nsinit.Recv(ctl.sock)
-		if err != nil {
-			return
-		}
-		switch m.Type {
-		case nsinit.MsgListeners:
-			b.serveProxy(fds)
-			continue
-		case nsinit.MsgMounts:
-			if err := b.stage.receive(false, fds); err != nil {
-				b.log.Error("sandbox mounts", "err", err)
-				b.kill() // fail closed: the file API would have no held roots
-			}
-			continue
-		}
-		closeFDs(fds)
-		ctl.msgs <- m
-	}
 }
 
 // cleanup removes what the OCI sandbox leaves once its launcher is gone:
