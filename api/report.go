@@ -137,8 +137,9 @@ func (c DenialCounts) MarshalJSON() ([]byte, error) {
 // Enforcement says which layers held during the run.
 type Enforcement struct {
 	// Backend is the isolation that ran the sandbox: "namespaces"
-	// (airlock's own init), "oci/runc" or "oci/crun". Empty when nothing
-	// was started.
+	// (airlock's own init), "landlock" (the same init without namespaces:
+	// Landlock, seccomp and the connect broker), "oci/runc" or "oci/crun".
+	// Empty when nothing was started.
 	Backend    string `json:"backend,omitempty"`
 	Namespaces bool   `json:"namespaces"`
 	// Landlock is the Landlock ABI enforced; 0 means not enforced (only

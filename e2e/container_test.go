@@ -98,20 +98,27 @@ func containerBinaries(t *testing.T) string {
 // container is a running podman container with airlock in it.
 type container struct {
 	name, user string
+	seccomp    string // a seccomp profile for podman, "" for podman's default
 }
 
 // startContainer starts a container from root as user ("" for root) whose
 // main process keeps two helpers alive: a process with the secret in its
 // environment and an HTTP server on the container's loopback.
-func startContainer(t *testing.T, ctx context.Context, root, bin, user string) *container {
+func startContainer(t *testing.T, ctx context.Context, root, bin, user, seccompProfile string) *container {
 	t.Helper()
-	c := &container{name: fmt.Sprintf("airlock-e2e-%d-%s", os.Getpid(), map[string]string{"": "root"}[user]+user), user: user}
+	c := &container{name: fmt.Sprintf("airlock-e2e-%d-%s", os.Getpid(), map[string]string{"": "root"}[user]+user), user: user, seccomp: seccompProfile}
+	if seccompProfile != "" {
+		c.name += "-nouserns"
+	}
 	c.name = strings.ReplaceAll(c.name, ":", "-")
 	args := []string{"run", "-d", "--rm", "--name", c.name, "--cgroups=disabled", "--network=none",
 		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=20000:20000",
 		"-v", "/usr:/usr:ro", "-v", bin + ":/opt/airlock:ro"}
 	if user != "" {
 		args = append(args, "--user", user)
+	}
+	if seccompProfile != "" {
+		args = append(args, "--security-opt", "seccomp="+seccompProfile)
 	}
 	args = append(args, "--rootfs", root, "/bin/sh", "-c",
 		"AIRLOCK_E2E_SECRET="+containerSecret+" sleep 1000 & python3 -m http.server --bind 127.0.0.1 18765 >/dev/null 2>&1 & wait")
@@ -174,12 +181,7 @@ func (c *container) run(t *testing.T, ctx context.Context, flags []string, argv 
 	t.Helper()
 	args := append(append([]string{"/opt/airlock/airlock", "run", "--json"}, flags...), "--")
 	out, _ := c.exec(ctx, append(args, argv...)...) // the exit status is the command's
-	var rep containerReport
-	start := bytes.IndexByte(out, '{')
-	if start < 0 || json.Unmarshal(out[start:], &rep) != nil {
-		t.Fatalf("airlock run %q in the container printed no report:\n%s", argv, out)
-	}
-	return rep
+	return parseReport(t, out, argv)
 }
 
 func TestInsideContainer(t *testing.T) {
@@ -194,10 +196,54 @@ func TestInsideContainer(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
-			c := startContainer(t, ctx, containerRoot(t), bin, user)
+			c := startContainer(t, ctx, containerRoot(t), bin, user, "")
 			testContainerDoctor(t, ctx, c)
-			testContainerRefusesSilentDowngrade(t, ctx, c)
-			testContainerSandbox(t, ctx, c)
+			testContainerRefusesSilentDowngrade(t, ctx, c, "proc")
+			testContainerSandbox(t, ctx, c, procMode)
+		})
+	}
+}
+
+// noUsernsProfile is a seccomp profile for podman that refuses to create
+// user namespaces, as Docker's default does without CAP_SYS_ADMIN:
+// unshare and clone with CLONE_NEWUSER fail with EPERM, clone3 with ENOSYS
+// (its flags are out of a filter's reach), everything else is allowed.
+const noUsernsProfile = `{
+  "defaultAction": "SCMP_ACT_ALLOW",
+  "syscalls": [
+    {"names": ["unshare"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+    {"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+     "args": [{"index": 0, "value": 268435456, "valueTwo": 268435456, "op": "SCMP_CMP_MASKED_EQ"}]},
+    {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}
+  ]
+}`
+
+// TestInsideContainerWithoutUserNamespaces: in a container whose seccomp
+// profile refuses user namespaces, as root and as a user, airlock refuses
+// unless the policy accepts the namespaces downgrade, and then runs the
+// backend without namespaces, where the same attacks fail.
+func TestInsideContainerWithoutUserNamespaces(t *testing.T) {
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "/usr/bin/podman")
+	airtest.RequireBinary(t, "/usr/bin/python3")
+	airtest.RequireBinary(t, "/usr/bin/unshare")
+	airtest.RequireLandlockABI(t, 6)
+	bin := containerBinaries(t)
+	profile := filepath.Join(t.TempDir(), "no-userns.json")
+	if err := os.WriteFile(profile, []byte(noUsernsProfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{"", "1000:1000"} {
+		t.Run(map[string]string{"": "root", "1000:1000": "user"}[user], func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			c := startContainer(t, ctx, containerRoot(t), bin, user, profile)
+			if out, err := c.exec(ctx, "unshare", "--user", "true"); err == nil {
+				t.Fatalf("the container's seccomp profile let unshare --user run: %s", out)
+			}
+			testContainerRefusesSilentDowngrade(t, ctx, c, "namespaces")
+			testContainerSandbox(t, ctx, c, noNamespacesMode)
 		})
 	}
 }
@@ -234,24 +280,45 @@ func testContainerDoctor(t *testing.T, ctx context.Context, c *container) {
 // cgroupDowngrades are what a container without delegated cgroups needs.
 var cgroupDowngrades = []string{"--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids", "--allow-downgrade", "max_cpu"}
 
-// testContainerRefusesSilentDowngrade: without allow_downgrade proc the
+// testContainerRefusesSilentDowngrade: without allow_downgrade d the
 // run is refused with the reason and the fix, and nothing starts.
-func testContainerRefusesSilentDowngrade(t *testing.T, ctx context.Context, c *container) {
+func testContainerRefusesSilentDowngrade(t *testing.T, ctx context.Context, c *container, d string) {
 	rep := c.run(t, ctx, cgroupDowngrades, "/bin/sh", "-c", "echo started")
-	if rep.ExitCode != 125 || strings.Contains(rep.Stdout, "started") || !strings.Contains(rep.Error, "allow_downgrade") || !strings.Contains(rep.Error, "proc") {
-		t.Errorf("without allow_downgrade proc: exit %d, stdout %q, error %q; want 125, nothing started, the fix named", rep.ExitCode, rep.Stdout, rep.Error)
+	if rep.ExitCode != 125 || strings.Contains(rep.Stdout, "started") || !strings.Contains(rep.Error, "allow_downgrade") || !strings.Contains(rep.Error, d) {
+		t.Errorf("without allow_downgrade %s: exit %d, stdout %q, error %q; want 125, nothing started, the fix named", d, rep.ExitCode, rep.Stdout, rep.Error)
 	}
 }
 
+// containerMode is what differs between the backends a container gets.
+type containerMode struct {
+	downgrades []string // beyond cgroupDowngrades
+	backend    string
+	namespaces bool
+	weaker     string // a prefix one of enforcement.weaker has
+	// deniedTool is the shell's exit status for a tool outside
+	// allowed_tools: 127 where it is absent (mount namespace), 126 where
+	// Landlock refuses to execute it.
+	deniedTool string
+}
+
+var (
+	procMode         = containerMode{downgrades: []string{"proc"}, backend: "namespaces", namespaces: true, weaker: "proc: ", deniedTool: "exit 127"}
+	noNamespacesMode = containerMode{downgrades: []string{"namespaces", "staged_writes"}, backend: "landlock", weaker: "namespaces: ", deniedTool: "exit 126"}
+)
+
 // testContainerSandbox runs the attacks that apply inside a container, and
 // their positive controls, with allow_downgrade proc.
-func testContainerSandbox(t *testing.T, ctx context.Context, c *container) {
-	flags := append(slices.Clone(cgroupDowngrades), "--allow-downgrade", "proc", "--tool", "cat", "--tool", "python3")
+func testContainerSandbox(t *testing.T, ctx context.Context, c *container, mode containerMode) {
+	downgrades := slices.Clone(cgroupDowngrades)
+	for _, d := range mode.downgrades {
+		downgrades = append(downgrades, "--allow-downgrade", d)
+	}
+	flags := append(slices.Clone(downgrades), "--tool", "cat", "--tool", "python3")
 	// The report names the backend and what is weaker.
 	rep := c.run(t, ctx, flags, "/bin/sh", "-c", "echo hello")
 	e := rep.Enforcement
-	if rep.ExitCode != 0 || rep.Stdout != "hello\n" || e.Backend != "namespaces" || !e.Namespaces || e.Landlock == 0 || !e.Seccomp ||
-		!slices.Contains(e.Downgrades, "proc") || !slices.ContainsFunc(e.Weaker, func(w string) bool { return strings.HasPrefix(w, "proc: ") }) {
+	if rep.ExitCode != 0 || rep.Stdout != "hello\n" || e.Backend != mode.backend || e.Namespaces != mode.namespaces || e.Landlock == 0 || !e.Seccomp ||
+		!slices.Contains(e.Downgrades, mode.downgrades[0]) || !slices.ContainsFunc(e.Weaker, func(w string) bool { return strings.HasPrefix(w, mode.weaker) }) {
 		t.Fatalf("positive control: exit %d, stdout %q, error %q, enforcement %+v", rep.ExitCode, rep.Stdout, rep.Error, e)
 	}
 
@@ -318,22 +385,43 @@ except OSError as e:
 		}
 	})
 	t.Run("denied-tool", func(t *testing.T) {
-		rep := c.run(t, ctx, append(slices.Clone(cgroupDowngrades), "--allow-downgrade", "proc"), "/bin/sh", "-c", "cat /etc/passwd; echo exit $?")
-		if strings.Contains(rep.Stdout, "root:") || !strings.Contains(rep.Stdout, "exit 127") {
+		rep := c.run(t, ctx, downgrades, "/bin/sh", "-c", "cat /etc/passwd; echo exit $?")
+		if strings.Contains(rep.Stdout, "root:") || !strings.Contains(rep.Stdout, mode.deniedTool) {
 			t.Errorf("cat ran without being allowed: stdout %q stderr %q error %q", rep.Stdout, rep.Stderr, rep.Error)
 		}
 	})
+	testBudgetsHalt(t, ctx, c.run, flags)
+}
+
+// reportRunner runs `airlock run --json FLAGS -- ARGV` somewhere and
+// returns its report.
+type reportRunner func(t *testing.T, ctx context.Context, flags []string, argv ...string) containerReport
+
+// testBudgetsHalt: the deadline halts a busy loop with a background copy
+// of itself, and the output cap halts a flood at 1 KiB.
+func testBudgetsHalt(t *testing.T, ctx context.Context, run reportRunner, flags []string) {
 	t.Run("deadline", func(t *testing.T) {
 		start := time.Now()
-		rep := c.run(t, ctx, append(flags, "--max-wall", "2s"), "/bin/sh", "-c", "(while :; do :; done) & while :; do :; done")
+		rep := run(t, ctx, append(slices.Clone(flags), "--max-wall", "2s"), "/bin/sh", "-c", "(setsid sh -c 'while :; do :; done' &) ; while :; do :; done")
 		if rep.HaltedBy == nil || *rep.HaltedBy != "max_wall" || rep.ExitCode != 124 || time.Since(start) > time.Minute {
 			t.Errorf("halted_by %v, exit %d after %v; want max_wall, 124", rep.HaltedBy, rep.ExitCode, time.Since(start))
 		}
 	})
 	t.Run("output-cap", func(t *testing.T) {
-		rep := c.run(t, ctx, append(flags, "--max-output", "1KiB"), "/bin/sh", "-c", "while :; do echo yyyyyyyyyyyyyyyy; done")
+		rep := run(t, ctx, append(slices.Clone(flags), "--max-output", "1KiB"), "/bin/sh", "-c", "while :; do echo yyyyyyyyyyyyyyyy; done")
 		if rep.HaltedBy == nil || *rep.HaltedBy != "max_output_bytes" || len(rep.Stdout)+len(rep.Stderr) > 1024 {
 			t.Errorf("halted_by %v, %d bytes of output; want max_output_bytes and at most 1 KiB", rep.HaltedBy, len(rep.Stdout)+len(rep.Stderr))
 		}
 	})
+}
+
+// parseReport reads the report airlock run --json printed in out.
+func parseReport(t *testing.T, out []byte, argv []string) containerReport {
+	t.Helper()
+	var rep containerReport
+	start := bytes.IndexByte(out, '{')
+	if start < 0 || json.Unmarshal(out[start:], &rep) != nil {
+		t.Fatalf("airlock run %q printed no report:\n%s", argv, out)
+	}
+	return rep
 }

@@ -176,6 +176,12 @@ type Plan struct {
 	// required in that case, since its ptrace rule is what keeps their
 	// memory, environment and fds from the sandbox.
 	ProcFallback bool `json:"proc_fallback,omitempty"`
+	// NoNamespaces is the backend without namespaces (WithoutNamespaces):
+	// nothing is mounted, Landlock confines the host's filesystem, and
+	// connect(2) is answered by the supervisor.
+	NoNamespaces bool `json:"no_namespaces,omitempty"`
+	// Scratch is the folder that stands in for /tmp without namespaces.
+	Scratch string `json:"scratch,omitempty"`
 	// Rlimits applied before execve.
 	Rlimits []Rlimit `json:"rlimits"`
 	// Tools are the executables visible in the sandbox (inside paths).
@@ -369,6 +375,11 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	cwd, err := Workdir(p, req.Cwd)
 	if err != nil {
 		return nil, err
+	}
+	if req.Cwd == "" {
+		if exists, dir, _, err := h.Lstat(cwd); err == nil && exists && !dir {
+			cwd = "/tmp" // the first fs_write grant is a file: a command cannot start in it
+		}
 	}
 	pl.Cwd = cwd
 	if !req.Session {

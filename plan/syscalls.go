@@ -209,6 +209,11 @@ const (
 	// ActENOSYS fails the syscall with ENOSYS, which programs read as "this
 	// kernel is too old" and answer by falling back to an older syscall.
 	ActENOSYS = actErrno | errnoENOSYS
+	// ActNotify hands the syscall to the supervisor, which answers it
+	// (SECCOMP_RET_USER_NOTIF, Linux 5.0): the backend without namespaces
+	// sends connect(2) there, and the supervisor makes the connection
+	// itself or refuses it. With nobody listening the call fails ENOSYS.
+	ActNotify Action = 0x7fc00000
 
 	actErrno Action = 0x00050000 // SECCOMP_RET_ERRNO; the errno is in the low 16 bits
 	actMask  Action = 0xffff0000 // SECCOMP_RET_ACTION_FULL
@@ -239,6 +244,8 @@ func (a Action) String() string {
 		return "allow"
 	case ActKillProcess:
 		return "kill_process"
+	case ActNotify:
+		return "notify"
 	}
 	return fmt.Sprintf("action(%#x)", uint32(a))
 }
@@ -265,6 +272,8 @@ func (a *Action) UnmarshalText(b []byte) error {
 		*a = ActAllow
 	case s == "kill_process":
 		*a = ActKillProcess
+	case s == "notify":
+		*a = ActNotify
 	case strings.HasPrefix(s, "errno("):
 		n, ok := num("errno(", 16)
 		if !ok {
@@ -278,7 +287,7 @@ func (a *Action) UnmarshalText(b []byte) error {
 		}
 		*a = Action(n)
 	default:
-		return fmt.Errorf("seccomp action %q: want allow, kill_process or errno(N)", s)
+		return fmt.Errorf("seccomp action %q: want allow, kill_process, notify or errno(N)", s)
 	}
 	return nil
 }

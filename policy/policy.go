@@ -31,6 +31,20 @@ const (
 	// are listed there, under the container's pid numbers, and cannot be
 	// signalled, traced or read beyond what ps shows.
 	DowngradeProc Downgrade = "proc"
+	// DowngradeNamespaces: where user namespaces cannot be created (a
+	// container's seccomp profile, user.max_user_namespaces=0, AppArmor's
+	// restriction), the backend without namespaces: Landlock for files
+	// and execution, seccomp, rlimits and cgroups where delegated, egress
+	// forced through the proxy by seccomp user notification on connect.
+	// Other processes are visible but cannot be signalled or traced,
+	// files outside grants exist but are denied, there is no private
+	// /tmp (a scratch folder instead) and no local servers.
+	DowngradeNamespaces Downgrade = "namespaces"
+	// DowngradeStagedWrites: without namespaces, fs_write folders are
+	// written in place: max_write is not enforced and the protected paths
+	// inside them (git hooks, shell rc files) cannot be kept read-only,
+	// since Landlock only adds rights.
+	DowngradeStagedWrites Downgrade = "staged_writes"
 )
 
 // Policy is an immutable, fully validated allow-list. The zero Policy is

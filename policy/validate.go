@@ -376,7 +376,7 @@ func (v *validator) limits(p *Policy, base *Policy) {
 }
 
 // downgradeNames lists the Downgrade values a policy may name.
-var downgradeNames = []Downgrade{DowngradeLandlock, DowngradeMemory, DowngradeCPU, DowngradePids, DowngradeFSAudit, DowngradeProc}
+var downgradeNames = []Downgrade{DowngradeLandlock, DowngradeMemory, DowngradeCPU, DowngradePids, DowngradeFSAudit, DowngradeProc, DowngradeNamespaces, DowngradeStagedWrites}
 
 func downgradeStrings() []string {
 	s := make([]string, len(downgradeNames))

@@ -89,6 +89,12 @@ func proxyConnCap(pids int64, override int) int {
 const (
 	IsolationNamespaces = "namespaces"
 	IsolationOCI        = "oci"
+	// IsolationLandlock runs without namespaces: Landlock, seccomp (with
+	// connect answered by the supervisor), rlimits and cgroups where
+	// delegated. The namespace backend falls back to it by itself where
+	// user namespaces cannot be created and the policy accepts the
+	// downgrade (allow_downgrade: namespaces).
+	IsolationLandlock = "landlock"
 )
 
 // Cmd is one command to run in a fresh sandbox, like exec.Cmd.

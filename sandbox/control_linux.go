@@ -23,6 +23,10 @@ type control struct {
 	// onExit, when set, runs once the process has been reaped (a
 	// backend's own cleanup: the OCI runtime's cgroups and work folder).
 	onExit func()
+	// graceful makes kill send SIGTERM first: the init without namespaces
+	// kills its own tree then, and gets SIGKILL if it has not exited
+	// after killGrace.
+	graceful bool
 
 	killOnce  sync.Once
 	stopOnce  sync.Once
@@ -30,6 +34,9 @@ type control struct {
 	watching  sync.WaitGroup
 	closeOnce sync.Once
 }
+
+// killGrace is how long the init without namespaces has to kill its tree.
+const killGrace = 5 * time.Second
 
 func newControl(cmd *exec.Cmd, sock int) *control {
 	return &control{cmd: cmd, sock: sock, msgs: make(chan nsinit.Message, 16), exited: make(chan struct{}), stopWatch: make(chan struct{}), stderr: &tailBuffer{max: 4 << 10}}
@@ -39,9 +46,21 @@ func newControl(cmd *exec.Cmd, sock int) *control {
 // kernel kill every process in it.
 func (c *control) kill() {
 	c.killOnce.Do(func() {
-		if c.cmd.Process != nil {
-			_ = c.cmd.Process.Kill() // already gone is fine
+		if c.cmd.Process == nil {
+			return
 		}
+		if !c.graceful {
+			_ = c.cmd.Process.Kill() // already gone is fine
+			return
+		}
+		_ = c.cmd.Process.Signal(unix.SIGTERM)
+		go func() {
+			select {
+			case <-c.exited:
+			case <-time.After(killGrace):
+				_ = c.cmd.Process.Kill()
+			}
+		}()
 	})
 }
 

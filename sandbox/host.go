@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/airlock-sandbox/airlock/plan"
 )
@@ -33,8 +34,8 @@ type hostFS struct {
 
 func (h *hostFS) Lstat(path string) (exists, dir bool, link string, err error) {
 	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, false, "", nil
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return false, false, "", nil // ENOTDIR: a parent is a file (a single-file grant's .git)
 	}
 	if err != nil {
 		return false, false, "", err

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -50,12 +51,37 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		b.lim.finish(b)
 		b.stage.close()
+		b.stage, b.lim, b.enf = nil, nil, Enforcement{}
+		if why, ok := usernsRefused(err); ok {
+			if b.cfg.Policy.AcceptsDowngrade(policy.DowngradeNamespaces) {
+				return unsharedBackend{why: why}.launch(b)
+			}
+			return nil, fmt.Errorf("%s: nothing was started; to run without namespaces (Landlock and seccomp only: what is weaker is in airlock doctor and the report), add namespaces to allow_downgrade, or run where user namespaces can be created", why)
+		}
 		return nil, err
 	}
 	return ctl, nil
 }
 
-// startInit starts the init process and hands the plan over.
+// usernsRefused reports whether err is the kernel refusing the init's new
+// user namespace, and why in words.
+func usernsRefused(err error) (string, bool) {
+	switch {
+	case errors.Is(err, unix.ENOSPC):
+		return "user namespaces cannot be created here (ENOSPC: user.max_user_namespaces is 0 or exhausted)", true
+	case errors.Is(err, unix.EPERM):
+		return "user namespaces cannot be created here (EPERM: a seccomp profile or a security module refuses them, as Docker's and podman's default profiles do without CAP_SYS_ADMIN)", true
+	case errors.Is(err, unix.EINVAL):
+		return "user namespaces cannot be created here (EINVAL: the kernel was built without them)", true
+	}
+	return "", false
+}
+
+// startInit starts the init process in new namespaces (cloneFlags) and
+// hands the plan over. With cloneFlags 0 it starts the init without
+// namespaces (unsharedBackend), as the caller: no id maps, and SIGTERM,
+// not SIGKILL, as its death signal and the supervisor's kill, since the
+// init must live long enough to kill its tree.
 func startInit(b *box, cloneFlags uintptr) (*control, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
@@ -83,19 +109,17 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 		extra = append(extra, initFile)
 		exe = "/proc/self/fd/5"
 	}
-	root := namespace.HostAdmin() // not euid 0: root in a container lacks what the privileged path needs
-	id, gid := os.Getuid(), os.Getgid()
-	if root {
-		id = hostID(b.pl)
-		gid = id
-		b.sandboxID = id
-	}
-	cmd := &exec.Cmd{
-		Path:       exe,
-		Args:       []string{nsinit.Arg0},
-		Env:        []string{},
-		ExtraFiles: extra,
-		SysProcAttr: &syscall.SysProcAttr{
+	unshared := cloneFlags == 0
+	root := namespace.HostAdmin() && !unshared // not euid 0: root in a container lacks what the privileged path needs
+	attr := &syscall.SysProcAttr{Pdeathsig: unix.SIGTERM, Setsid: true}
+	if !unshared {
+		id, gid := os.Getuid(), os.Getgid()
+		if root {
+			id = hostID(b.pl)
+			gid = id
+			b.sandboxID = id
+		}
+		attr = &syscall.SysProcAttr{
 			Cloneflags:                 cloneFlags,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
 			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
@@ -103,10 +127,11 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}, NoSetGroups: !root},
 			Pdeathsig:                  unix.SIGKILL,
 			Setsid:                     true,
-		},
-		WaitDelay: time.Second,
+		}
 	}
+	cmd := &exec.Cmd{Path: exe, Args: []string{nsinit.Arg0}, Env: []string{}, ExtraFiles: extra, SysProcAttr: attr, WaitDelay: time.Second}
 	ctl := newControl(cmd, pair[0])
+	ctl.graceful = unshared
 	// The init's own output (a Go runtime panic, say); commands get pipes of their own.
 	cmd.Stdout, cmd.Stderr = ctl.stderr, ctl.stderr
 	if g := b.lim.group; g != nil {
@@ -117,6 +142,9 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		ctl.close()
+		if unshared {
+			return nil, fmt.Errorf("start sandbox init: %w", err)
+		}
 		return nil, fmt.Errorf("start sandbox init: %w (are user namespaces enabled? see airlock doctor)", err)
 	}
 	child.Close()
@@ -216,6 +244,9 @@ func readControl(b *box, ctl *control) {
 		case nsinit.MsgListeners:
 			b.serveProxy(fds)
 			continue
+		case nsinit.MsgBroker:
+			b.serveBroker(ctl, fds)
+			continue
 		case nsinit.MsgMounts:
 			if err := b.stage.receive(m.Staged, fds); err != nil {
 				b.log.Error("sandbox mounts", "err", err)
@@ -234,7 +265,11 @@ func readControl(b *box, ctl *control) {
 
 // serveProxy serves the egress proxy on the two listening sockets made
 // inside the sandbox's network namespace (HTTP/CONNECT, then SOCKS5).
-func (b *box) serveProxy(fds []int) {
+func (b *box) serveProxy(fds []int) { b.serveProxyOn(fds, nil) }
+
+// serveProxyOn is serveProxy with admit, when set, deciding which
+// accepted connections the proxy serves (the others are closed).
+func (b *box) serveProxyOn(fds []int, admit func(net.Conn) bool) {
 	// Each fd is closed exactly once: by its os.File below, or here if it
 	// never gets one. (Closing a number twice could close whatever reused it.)
 	owned := 0
@@ -259,6 +294,28 @@ func (b *box) serveProxy(fds []int) {
 			b.log.Error("egress listener", "err", err)
 			continue
 		}
+		if admit != nil {
+			l = &admitListener{Listener: l, admit: admit}
+		}
 		go func() { _ = serve(l) }() // returns when Close closes the listener
+	}
+}
+
+// admitListener closes accepted connections that admit refuses.
+type admitListener struct {
+	net.Listener
+	admit func(net.Conn) bool
+}
+
+func (l *admitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.admit(c) {
+			return c, nil
+		}
+		c.Close()
 	}
 }

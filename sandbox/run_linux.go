@@ -55,7 +55,8 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 		b.finishRun(rep, start)
 		return rep, nil
 	}
-	rep := b.exec(ctx, execSpec{argv: pl.Argv, env: pl.Env, cwd: pl.Cwd, stdin: c.Stdin, stdout: c.Stdout, stderr: c.Stderr, pty: c.PTY, whole: true})
+	// b.pl, not pl: a backend may have recompiled it (without namespaces).
+	rep := b.exec(ctx, execSpec{argv: b.pl.Argv, env: b.pl.Env, cwd: b.pl.Cwd, stdin: c.Stdin, stdout: c.Stdout, stderr: c.Stderr, pty: c.PTY, whole: true})
 	b.close()
 	b.finishRun(rep, start)
 	return rep, nil
@@ -111,8 +112,10 @@ func backendFor(cfg Config) (backend, error) {
 		return nsBackend{}, nil
 	case IsolationOCI:
 		return ociBackend{runtime: cfg.Runtime}, nil
+	case IsolationLandlock:
+		return unsharedBackend{}, nil
 	}
-	return nil, fmt.Errorf("sandbox: isolation %q: use %q or %q", cfg.Isolation, IsolationNamespaces, IsolationOCI)
+	return nil, fmt.Errorf("sandbox: isolation %q: use %q, %q or %q", cfg.Isolation, IsolationNamespaces, IsolationLandlock, IsolationOCI)
 }
 
 func planExitCode(err error) int {

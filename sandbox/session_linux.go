@@ -157,6 +157,9 @@ func (s *Session) exec(ctx context.Context, req ExecRequest) *Report {
 		if cwd, err = plan.Workdir(b.cfg.Policy, cwd); err != nil {
 			return refuse(125, err)
 		}
+		if b.pl.NoNamespaces && !b.cfg.Policy.CanRead(cwd) {
+			cwd = plan.InScratch(cwd, b.pl.Scratch) // /tmp is the scratch folder there
+		}
 	}
 	return b.exec(ctx, execSpec{argv: append([]string{argv0}, req.Args[1:]...), env: env, cwd: cwd,
 		stdin: req.Stdin, stdout: req.Stdout, stderr: req.Stderr, pty: req.PTY, wall: req.Timeout})

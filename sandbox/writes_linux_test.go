@@ -343,3 +343,20 @@ mv moved renamed && ln -s renamed/a.txt link && mkdir -p a/b/c && echo deep > a/
 		t.Fatalf("Session.Writes() = %+v, want the copy back's result", w)
 	}
 }
+
+// TestSingleFileWriteGrant: an fs_write grant that is one file starts (it
+// failed with "lstat <file>/.git: not a directory", then with the command
+// started in the file) and its write reaches the host.
+func TestSingleFileWriteGrant(t *testing.T) {
+	requireSandbox(t)
+	tr := newTree(t)
+	f := filepath.Join(tr.out, "result.txt")
+	if err := os.WriteFile(f, []byte("before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := sh(t, policy.Spec{FSWrite: []string{f}}, "echo after > "+f+"; pwd")
+	wantExit(t, rep, 0)
+	if b, _ := os.ReadFile(f); string(b) != "after\n" || rep.Stdout != "/tmp\n" {
+		t.Fatalf("file = %q, cwd = %q", b, rep.Stdout)
+	}
+}

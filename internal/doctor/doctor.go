@@ -37,6 +37,11 @@ type Facts struct {
 	// same as UserNS.
 	UnprivilegedUserNS error
 
+	// AppArmor is AppArmor's restriction on unprivileged user namespaces
+	// (Ubuntu 23.10 and later) and the profile this process runs under.
+	// The zero AppArmor is a host without the restriction.
+	AppArmor AppArmor
+
 	// LandlockABI is the kernel's Landlock ABI version; 0 when Landlock is
 	// absent, with the reason in LandlockErr.
 	LandlockABI int
@@ -83,8 +88,8 @@ type Audit struct {
 
 // Check is the result of one probe.
 type Check struct {
-	// Name is the probe: kernel, root, userns, landlock, seccomp, cgroup,
-	// audit or idmap.
+	// Name is the probe: kernel, root, userns, proc, apparmor, landlock,
+	// seccomp, cgroup, audit or idmap.
 	Name string `json:"name"`
 	// OK reports whether the host offers what airlock wants from this probe.
 	OK bool `json:"ok"`
@@ -177,19 +182,37 @@ func Evaluate(f Facts) Report {
 	if f.UnprivilegedUserNS != nil {
 		unpriv = "unprivileged users cannot: " + f.UnprivilegedUserNS.Error()
 	}
+	apparmor, blocked := evaluateAppArmor(f)
 	if f.UserNS == nil {
 		ns := namespaceList(plan.DefaultNamespaces()) + " namespaces"
 		check("userns", true, "created "+ns+"; "+unpriv, "")
-		layer("namespaces", Enforced, ns, "")
-		if f.Proc == nil {
+		switch {
+		case blocked != "":
+			// The proc probe ran unshare(1), which AppArmor restricts too:
+			// its result says nothing about the kernel's procfs rules.
+		case f.Proc == nil:
+			layer("namespaces", Enforced, ns, "")
 			check("proc", true, "a new procfs mounts in the sandbox's namespaces", "")
 			layer("proc", Enforced, "the sandbox's own /proc: only its processes", "")
-		} else {
+		default:
+			layer("namespaces", Enforced, ns, "")
 			check("proc", false, f.Proc.Error(), "runs are refused unless the policy accepts allow_downgrade: proc, which shows the container's /proc read-only: its processes are listed (pid numbers and what ps shows, the numbers of their fds), not reachable")
 			layer("proc", Refused, "the kernel refuses the sandbox a /proc of its own", "proc")
 		}
 	} else {
-		check("userns", false, f.UserNS.Error()+"; "+unpriv, "every run is refused: the sandbox is built from these namespaces")
+		fix := "every run is refused unless the policy accepts allow_downgrade: namespaces, which runs the landlock backend: Landlock and seccomp without namespaces (the host's files exist but are denied, its processes are listed but out of reach, every connect goes through airlock's proxy)"
+		if f.LandlockABI < plan.NoNamespacesMinLandlock {
+			fix = fmt.Sprintf("every run is refused: the sandbox is built from these namespaces, and the landlock backend that runs without them needs Landlock ABI %d (this kernel has %d)", plan.NoNamespacesMinLandlock, f.LandlockABI)
+		}
+		check("userns", false, f.UserNS.Error()+"; "+unpriv, fix)
+	}
+	r.Checks = append(r.Checks, apparmor)
+	switch {
+	case blocked != "":
+		layer("namespaces", Refused, blocked, "namespaces")
+	case f.UserNS != nil && f.LandlockABI >= plan.NoNamespacesMinLandlock:
+		layer("namespaces", Refused, "cannot create the sandbox's namespaces", "namespaces")
+	case f.UserNS != nil:
 		layer("namespaces", Refused, "cannot create the sandbox's namespaces", "")
 	}
 

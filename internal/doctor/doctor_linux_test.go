@@ -52,3 +52,12 @@ func TestRealHost(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceMount runs the AppArmor probe's mount on this host, where
+// AppArmor restricts nothing: it must not fail where namespaces work.
+func TestNamespaceMount(t *testing.T) {
+	airtest.RequireUserNS(t)
+	if err := doctor.ProbeNamespaceMount(); err != nil {
+		t.Errorf("ProbeNamespaceMount() = %v, want nil", err)
+	}
+}

@@ -70,7 +70,11 @@ func TestEvaluate(t *testing.T) {
 			[]string{"landlock", "audit"},
 			map[string]doctor.Verdict{"landlock": doctor.Refused, "namespaces": doctor.Enforced, "fs_denials": doctor.Unavailable}, "allow_downgrade lists landlock"},
 		{"no-userns", func(f *doctor.Facts) { f.UserNS, f.UnprivilegedUserNS = errNo, errNo }, 1, []string{"userns"},
-			map[string]doctor.Verdict{"namespaces": doctor.Refused, "landlock": doctor.Enforced}, "every run: namespaces"},
+			map[string]doctor.Verdict{"namespaces": doctor.Refused, "landlock": doctor.Enforced}, "(unless allow_downgrade lists namespaces)"},
+		{"no-userns-old-landlock", func(f *doctor.Facts) {
+			f.UserNS, f.UnprivilegedUserNS, f.LandlockABI, f.Audit.Collector = errNo, errNo, 5, errNoRecords
+		}, 1, []string{"userns", "audit"},
+			map[string]doctor.Verdict{"namespaces": doctor.Refused}, "every run: namespaces"},
 		{"no-unprivileged-userns-as-root", func(f *doctor.Facts) { f.UnprivilegedUserNS = errNo }, 0, nil,
 			map[string]doctor.Verdict{"namespaces": doctor.Enforced}, ""},
 		{"no-seccomp", func(f *doctor.Facts) { f.Seccomp = errNo }, 1, []string{"seccomp"},
@@ -133,6 +137,7 @@ func TestRunUsesProbes(t *testing.T) {
 		Proc:               func() error { t.Error("Proc probed without user namespaces"); return nil },
 		UserNS:             func() error { return errors.New("clone: operation not permitted") },
 		UnprivilegedUserNS: func() error { t.Error("UnprivilegedUserNS probed for a non-root caller"); return nil },
+		AppArmor:           func() doctor.AppArmor { return doctor.AppArmor{Restrict: "0"} },
 		Landlock:           func() (int, error) { return 0, errors.New("landlock: not enabled at boot") },
 		Seccomp:            func() error { return nil },
 		Cgroup: func() (cgroup.Host, error) {
@@ -155,12 +160,15 @@ func TestRunUsesProbes(t *testing.T) {
 	if v["namespaces"] != doctor.Refused || v["landlock"] != doctor.Refused || v["max_memory"] != doctor.Enforced {
 		t.Errorf("Run(fake host) verdicts = %v, want namespaces and landlock refused, max_memory enforced", v)
 	}
+	if c := r.Checks[3]; c.Name != "apparmor" || !strings.Contains(c.Detail, "is 0") {
+		t.Errorf("checks[3] = %+v, want the apparmor check reporting the sysctl at 0", c)
+	}
 	if r.Checks[0].Detail != "Linux 5.10.0" {
 		t.Errorf("kernel check detail = %q, want %q", r.Checks[0].Detail, "Linux 5.10.0")
 	}
 }
 
-// TestReportGolden pins the text and JSON forms of two fake hosts.
+// TestReportGolden pins the text and JSON forms of some fake hosts.
 func TestReportGolden(t *testing.T) {
 	tests := []struct {
 		name string
@@ -183,6 +191,17 @@ func TestReportGolden(t *testing.T) {
 			f.Proc = errors.New("mounts cover parts of /proc (/proc/acpi, /proc/keys, /proc/timer_list, /proc/bus, …), as a container's masks do, so the kernel refuses a new procfs in a user namespace")
 			f.Cgroup, f.CgroupErr = cgroup.Host{}, errors.New("cgroup: no cgroup hierarchy is mounted")
 			f.CgroupWritable = nil
+			f.Audit = doctor.Audit{Err: errors.New("AUDIT_GET: operation not permitted"),
+				Collector: errors.New("fsaudit: needs CAP_AUDIT_READ in the initial user namespace")}
+		}},
+		// Ubuntu 24.04, unprivileged, airlock from go install and no
+		// profile: the namespaces are created but cannot mount.
+		{"ubuntu-apparmor", func(f *doctor.Facts) {
+			f.Root, f.IDMap = false, nil
+			f.UnprivilegedUserNS = nil
+			f.Proc = errors.New("a new procfs in a user namespace was refused: exit status 1: unshare: write failed /proc/self/uid_map: Operation not permitted")
+			f.AppArmor = doctor.AppArmor{Restrict: "1", Label: "unconfined", Exe: "/home/alice/go/bin/airlock",
+				Mount: errors.New("a mount in a new user namespace failed: fork/exec /usr/bin/true: operation not permitted")}
 			f.Audit = doctor.Audit{Err: errors.New("AUDIT_GET: operation not permitted"),
 				Collector: errors.New("fsaudit: needs CAP_AUDIT_READ in the initial user namespace")}
 		}},

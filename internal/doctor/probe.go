@@ -23,6 +23,10 @@ type Probes struct {
 	// UnprivilegedUserNS checks that an unprivileged user may create a
 	// user namespace (as root: by running unshare(1) as nobody).
 	UnprivilegedUserNS func() error
+	// AppArmor reads AppArmor's user namespace restriction and this
+	// process's AppArmor label and, where the restriction is set, mounts
+	// in a new user namespace (AppArmor.Mount).
+	AppArmor func() AppArmor
 	// Landlock returns the kernel's Landlock ABI.
 	Landlock func() (int, error)
 	// Seccomp checks seccomp filter mode and the actions the filter uses.
@@ -55,6 +59,7 @@ func Gather(p Probes) Facts {
 	} else {
 		f.UnprivilegedUserNS = f.UserNS
 	}
+	f.AppArmor = p.AppArmor()
 	f.LandlockABI, f.LandlockErr = p.Landlock()
 	if f.LandlockErr != nil {
 		f.LandlockABI = 0
@@ -100,6 +105,9 @@ func (p Probes) withDefaults() Probes {
 	}
 	if p.UnprivilegedUserNS == nil {
 		p.UnprivilegedUserNS = probeUnprivilegedUserNS
+	}
+	if p.AppArmor == nil {
+		p.AppArmor = probeAppArmor
 	}
 	if p.Landlock == nil {
 		p.Landlock = landlock.ABI

@@ -187,6 +187,47 @@ func probeUnprivilegedUserNS() error {
 	return nil
 }
 
+// probeAppArmor reads AppArmor's user namespace restriction from this
+// host's procfs and, where it is set, checks that the namespaces this
+// process creates get their capabilities.
+func probeAppArmor() AppArmor {
+	a := readAppArmor("/proc")
+	if a.restricted() {
+		a.Mount = probeNamespaceMount()
+	}
+	return a
+}
+
+// probeNamespaceMount starts true(1) in new user and mount namespaces,
+// mapped to the caller, and has it unshare one more mount namespace and
+// make its mounts private before execve (SysProcAttr.Unshareflags), as the
+// sandbox's init does first. That needs CAP_SYS_ADMIN in the new user
+// namespace: Ubuntu's unprivileged_userns profile, which an unconfined
+// program's new namespaces get, denies it, while starting a process in
+// them still works. The mounts change only in the namespace that exits.
+func probeNamespaceMount() error {
+	tr, err := lookBinary("/usr/bin/true", "/bin/true")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tr)
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:   unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+		Unshareflags: unix.CLONE_NEWNS,
+		UidMappings:  []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings:  []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		Pdeathsig:    unix.SIGKILL,
+	}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("a mount in a new user namespace failed: %w", err)
+	}
+	return nil
+}
+
 // usernsHint names the sysctls that forbid user namespaces on this host,
 // as "; name is value" clauses, or "" when none does.
 func usernsHint() string {

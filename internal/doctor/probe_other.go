@@ -16,6 +16,7 @@ func isContainerRoot() bool          { return false }
 func probeProc() error               { return errNeedsLinux }
 func probeUserNS() error             { return errNeedsLinux }
 func probeUnprivilegedUserNS() error { return errNeedsLinux }
+func probeAppArmor() AppArmor        { return AppArmor{Err: errNeedsLinux} }
 func probeSeccomp() error            { return errNeedsLinux }
 func probeWritable(string) error     { return errNeedsLinux }
 func probeAudit() Audit              { return Audit{Err: errNeedsLinux, Collector: errNeedsLinux} }

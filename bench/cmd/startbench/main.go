@@ -219,6 +219,11 @@ func contenders(ctx context.Context, work, airlockBin string) ([]*Contender, []s
 			"and the command, Landlock, seccomp, no capabilities, cgroup limits, rlimits, deadline, output capture; " +
 			"filesystem-denial reporting off (the default; --fs-audit turns the host's kernel audit on and waits ~40 ms per run for the kernel to release the Landlock domain)",
 		command: plain(airlockBin, "run")})
+	cs = append(cs, &Contender{Name: "airlock-landlock",
+		Equivalence: "airlock run --isolation landlock with the default policy: the backend without namespaces (for where user namespaces " +
+			"cannot be created): Landlock on the host's filesystem, seccomp with connect answered by the supervisor, no capabilities, " +
+			"a subreaper init, cgroup limits, rlimits, a scratch folder, deadline, output capture",
+		command: plain(airlockBin, "run", "--isolation", "landlock")})
 	for _, c := range cs {
 		if c.command == nil || c.Reason != "" {
 			continue

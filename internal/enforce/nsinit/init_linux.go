@@ -82,6 +82,13 @@ func setupAndRun() (int, error) {
 	if err != nil || msg.Type != MsgGo {
 		return 0, fail("wait for supervisor", fmt.Errorf("expected go message: %v %v", msg.Type, err))
 	}
+	if pl.NoNamespaces {
+		closeAll(idmapFDs)
+		if err := checkChildrenFile(); err != nil {
+			return 0, fail("init", err)
+		}
+		return setupUnshared(pl)
+	}
 	if err := setupNetwork(pl); err != nil {
 		return 0, fail("network", err)
 	}

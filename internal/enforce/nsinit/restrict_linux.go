@@ -64,10 +64,25 @@ func applyLandlock(pl *plan.Plan) (int, error) {
 		// thread's domain; AllThreadsSyscall is unavailable in -race builds.
 		ThreadOnly: true,
 	}
+	cfg.Paths = landlockPaths(pl)
+	st, err := landlock.Restrict(cfg)
+	if err != nil {
+		if !pl.RequireLandlock && errors.Is(err, errors.ErrUnsupported) {
+			return 0, nil // the policy accepted the downgrade; the report says so
+		}
+		return 0, err
+	}
+	return st.ABI, nil
+}
+
+// landlockPaths merges the plan's rules into one rule per path, skipping
+// paths the root does not have (nothing to grant there).
+func landlockPaths(pl *plan.Plan) []landlock.PathRule {
+	var paths []landlock.PathRule
 	seen := map[string]int{}
 	for _, r := range pl.Rules {
 		if _, err := os.Stat(r.Path); err != nil {
-			continue // nothing to grant on a path the root does not have
+			continue
 		}
 		a := landlock.Access(0)
 		if r.Access&plan.Read != 0 {
@@ -80,20 +95,13 @@ func applyLandlock(pl *plan.Plan) (int, error) {
 			a |= landlock.Execute
 		}
 		if i, ok := seen[r.Path]; ok {
-			cfg.Paths[i].Access |= a
+			paths[i].Access |= a
 			continue
 		}
-		seen[r.Path] = len(cfg.Paths)
-		cfg.Paths = append(cfg.Paths, landlock.PathRule{Path: r.Path, Access: a})
+		seen[r.Path] = len(paths)
+		paths = append(paths, landlock.PathRule{Path: r.Path, Access: a})
 	}
-	st, err := landlock.Restrict(cfg)
-	if err != nil {
-		if !pl.RequireLandlock && errors.Is(err, errors.ErrUnsupported) {
-			return 0, nil // the policy accepted the downgrade; the report says so
-		}
-		return 0, err
-	}
-	return st.ABI, nil
+	return paths
 }
 
 var rlimitNames = map[string]int{
@@ -150,14 +158,20 @@ func dropCapabilities() error {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
 	// SECBIT_NOROOT|_LOCKED, SECBIT_NO_SETUID_FIXUP|_LOCKED, SECBIT_KEEP_CAPS_LOCKED,
 	// SECBIT_NO_CAP_AMBIENT_RAISE|_LOCKED (linux/securebits.h).
 	const bits = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 	if err := unix.Prctl(unix.PR_SET_SECUREBITS, bits, 0, 0, 0); err != nil {
 		return fmt.Errorf("lock securebits: %w", err)
+	}
+	return dropHeldCapabilities()
+}
+
+// dropHeldCapabilities empties the calling thread's ambient, permitted,
+// effective and inheritable sets, which needs no privilege.
+func dropHeldCapabilities() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData

@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -76,7 +77,27 @@ func reportExit(id string, r reaped) {
 //   - every restriction is applied (restrict returned)
 //   - runs on the locked OS thread that applied them
 func serve(pl *plan.Plan) (int, error) {
-	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
+	return serveOn(pl, func(f func()) { f() }, false)
+}
+
+// serveOn is serve with commands forked by fork (which runs its function
+// on the thread that carries the restrictions). Unshared, the init has no
+// pid namespace to end its tree: it kills every descendant on SIGTERM
+// (the supervisor's teardown and its death signal) and when the control
+// socket closes.
+func serveOn(pl *plan.Plan, fork func(func()), unshared bool) (int, error) {
+	signal.Ignore(unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
+	if unshared {
+		term := make(chan os.Signal, 1)
+		signal.Notify(term, unix.SIGTERM)
+		go func() {
+			<-term
+			killTree(5 * time.Second)
+			os.Exit(0)
+		}()
+	} else {
+		signal.Ignore(unix.SIGTERM)
+	}
 	rp := &reaper{ids: map[int]string{}, early: map[int]reaped{}}
 	// Registered before any child exists, so no SIGCHLD can be missed.
 	chld := make(chan os.Signal, 1)
@@ -105,11 +126,14 @@ func serve(pl *plan.Plan) (int, error) {
 	for {
 		m, fds, err := Recv(ControlFD)
 		if err != nil {
+			if unshared {
+				killTree(5 * time.Second)
+			}
 			return 0, nil // the supervisor is gone: end the session
 		}
 		switch m.Type {
 		case MsgExec:
-			startExec(pl, tools, rp, m, fds)
+			startExec(pl, tools, rp, m, fds, fork)
 		case MsgKill:
 			if m.Pid > 0 {
 				_ = unix.Kill(-m.Pid, unix.SIGKILL) // the group may be gone already
@@ -121,7 +145,7 @@ func serve(pl *plan.Plan) (int, error) {
 	}
 }
 
-func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds []int) {
+func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds []int, fork func(func())) {
 	defer closeAll(fds)
 	fail := func(code int, msg string) {
 		_ = Send(ControlFD, Message{Type: MsgExit, ID: m.ID, Code: code, Error: msg}) // reported as the exec's result
@@ -140,14 +164,17 @@ func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds 
 	if cwd == "" {
 		cwd = pl.Cwd
 	}
-	pid, err := syscall.ForkExec(m.Argv[0], m.Argv, &syscall.ProcAttr{
+	attr := &syscall.ProcAttr{
 		Dir:   cwd,
 		Env:   m.Env,
 		Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])},
 		// A new session has no controlling terminal; with a PTY, fd 0 (the
 		// pty slave) becomes it.
 		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: m.PTY, Ctty: 0},
-	})
+	}
+	var pid int
+	var err error
+	fork(func() { pid, err = syscall.ForkExec(m.Argv[0], m.Argv, attr) })
 	if err != nil {
 		code := 126
 		if errors.Is(err, unix.ENOENT) {

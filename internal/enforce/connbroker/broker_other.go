@@ -1,0 +1,17 @@
+//go:build !linux
+
+package connbroker
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+)
+
+// Serve answers a seccomp filter's connect notifications. Seccomp exists
+// only on Linux, so elsewhere it returns an error wrapping
+// errors.ErrUnsupported and answers nothing; it does not close listener,
+// which cannot be a seccomp listener here.
+func Serve(listener int, decide func(Request) Verdict, stop <-chan struct{}) error {
+	return fmt.Errorf("connbroker: serve on %s: %w: the connect broker needs seccomp user notification; run the sandbox on Linux", runtime.GOOS, errors.ErrUnsupported)
+}

@@ -1,0 +1,75 @@
+package connbroker
+
+import (
+	"io"
+	"net/netip"
+	"syscall"
+)
+
+// Request is one intercepted connect(2), as the broker read it from the
+// target. It is the broker's own copy: the target can change its memory
+// afterwards, but the broker never reads the address again and never lets
+// the kernel read it.
+type Request struct {
+	// Pid is the id of the calling thread (a tid) in the supervisor's pid
+	// namespace.
+	Pid int
+
+	// FD is the fd number the target passed to connect. The broker installs
+	// the verdict's connection at this number.
+	FD int
+
+	// Domain, Type and Protocol describe the target's socket (SO_DOMAIN,
+	// SO_TYPE, SO_PROTOCOL; Type without SOCK_NONBLOCK or SOCK_CLOEXEC).
+	// decide should make its socket alike, so that a UDP connect (a DNS
+	// resolver's) gets a UDP socket and an AF_INET6 socket an AF_INET6
+	// one. Domain may disagree with Family: decide refuses what it does
+	// not understand.
+	Domain, Type, Protocol int
+
+	// Family is the sockaddr's sa_family as the target wrote it:
+	// unix.AF_INET, AF_INET6, AF_UNIX, or any other value, AF_UNSPEC
+	// included (which would dissolve the socket's association).
+	Family int
+
+	// Addr is the destination for AF_INET and AF_INET6. A v4-mapped IPv6
+	// address is unmapped, so one rule covers both spellings of an IPv4
+	// address; any other IPv6 address with a non-zero sin6_scope_id has
+	// it as its zone, in decimal. It is the zero AddrPort for other
+	// families.
+	Addr netip.AddrPort
+
+	// Path is the AF_UNIX destination: the socket's path, or "@" and the
+	// name for an abstract socket. It is empty for other families.
+	Path string
+
+	// Raw is the sockaddr exactly as read: addrlen bytes, 2 to 128.
+	Raw []byte
+}
+
+// Conn is a socket the supervisor connected for the target, as decide
+// hands it back: a *net.TCPConn, *net.UDPConn or *net.UnixConn, or an
+// *os.File (os.NewFile) holding a socket fd.
+type Conn interface {
+	syscall.Conn
+	io.Closer
+}
+
+// Verdict is decide's answer to one Request. The zero Verdict refuses the
+// connect with EACCES.
+type Verdict struct {
+	// Conn, when Errno is zero, is the connection to give the target. The
+	// broker installs the socket in the target at Request.FD (replacing
+	// the target's own socket there, whose options and local address are
+	// therefore not kept), with O_NONBLOCK and close-on-exec as the
+	// target's fd had them, and answers connect with 0; a non-blocking
+	// connect thus succeeds at once rather than with EINPROGRESS. The
+	// broker takes ownership of Conn whatever the Verdict and closes the
+	// supervisor's copy. Nil with a zero Errno refuses with EACCES.
+	Conn Conn
+
+	// Errno, when non-zero, fails the connect with this errno (EACCES,
+	// ECONNREFUSED, ENETUNREACH, ...). A value above 511, where the
+	// kernel's internal codes start, refuses with EACCES.
+	Errno syscall.Errno
+}

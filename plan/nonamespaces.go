@@ -1,0 +1,204 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/pathspec"
+)
+
+// NoNamespacesMinLandlock is the lowest Landlock ABI the backend without
+// namespaces runs on: ABI 4 restricts TCP bind and connect, and ABI 6
+// scopes signals and abstract unix sockets to the sandbox, which is what
+// keeps the caller's other processes (same uid, no pid namespace) out of
+// reach. Below it the backend refuses to start.
+const NoNamespacesMinLandlock = 6
+
+// ErrNeedsNamespaces wraps what a policy asks for that only the namespace
+// backend can enforce.
+var ErrNeedsNamespaces = errors.New("plan: needs namespaces")
+
+// WithoutNamespaces turns pl, compiled by Compile for the namespace
+// backend, into the plan of the backend without namespaces, in place.
+// Nothing is mounted there: the host's filesystem is what the sandbox
+// sees, and Landlock is what confines it. So pl keeps only the grant and
+// tool steps (the paths the file API and the diagnoses name), its rules
+// are the same grants, tools and system base with the host's paths for the
+// few files the namespace backend synthesizes, scratch (an empty folder
+// the caller made, owned by the sandbox's uid) stands in for the private
+// /tmp, and the seccomp profile sends connect(2) to the supervisor and
+// refuses what a network namespace used to contain (see
+// WithoutNamespacesSeccomp).
+//
+// It refuses, with ErrNeedsNamespaces, what Landlock cannot express:
+// fs_deny and fs_protect paths inside grants (Landlock only adds rights,
+// so nothing beneath a granted folder can be taken away), and fs_write
+// folders unless p accepts the staged_writes downgrade (they are written
+// in place: max_write is not enforced and the built-in protected paths
+// inside them cannot be kept read-only).
+func WithoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
+	if !strings.HasPrefix(scratch, "/") || pathspec.Clean(scratch) != scratch {
+		return fmt.Errorf("airlock bug: scratch folder %q is not absolute and clean", scratch)
+	}
+	if err := needsNamespaces(pl, p); err != nil {
+		return err
+	}
+	var mounts []Mount
+	for _, m := range pl.Mounts {
+		switch {
+		case m.Kind == KindOverlay || m.Kind == KindStagedFile:
+			mounts = append(mounts, Mount{Kind: KindBind, Source: m.Source, Target: m.Target, Writable: true, File: m.Kind == KindStagedFile, Origin: m.Origin})
+		case m.Kind == KindBind && m.Origin != OriginBase && m.Origin != OriginSandbox:
+			m.IDMap, m.Recursive = false, false
+			mounts = append(mounts, m)
+		}
+	}
+	pl.Mounts = mounts
+	var rules []Rule
+	for _, r := range pl.Rules {
+		if r.Origin != OriginSandbox {
+			rules = append(rules, r)
+		}
+	}
+	for _, f := range []string{"/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf", "/proc"} {
+		rules = append(rules, Rule{Path: f, Access: Read, Origin: OriginSandbox})
+	}
+	for _, d := range devices {
+		rules = append(rules, Rule{Path: d, Access: Read | Write, Origin: OriginSandbox})
+	}
+	rules = append(rules, Rule{Path: scratch, Access: Read | Write, Origin: OriginSandbox})
+	pl.Rules = rules
+	pl.Namespaces = []Namespace{}
+	pl.NoNamespaces = true
+	pl.Scratch = scratch
+	pl.Hostname = ""
+	pl.ProcFallback = false
+	pl.RequireLandlock = true
+	pl.MaskedPaths, pl.ReadonlyPaths = []string{}, []string{}
+	pl.Protected = nil
+	if !p.CanRead(pl.Cwd) {
+		pl.Cwd = InScratch(pl.Cwd, scratch) // a grant under /tmp stays where it is
+	}
+	for i, e := range pl.Env {
+		if k, v, ok := strings.Cut(e, "="); ok && (k == "HOME" || k == "TMPDIR") {
+			pl.Env[i] = k + "=" + InScratch(v, scratch)
+		}
+	}
+	pl.Seccomp = WithoutNamespacesSeccomp(pl.Seccomp)
+	return nil
+}
+
+// InScratch maps a path under the namespace backend's private /tmp to the
+// same path under scratch. The caller keeps a path that is in a grant.
+func InScratch(p, scratch string) string {
+	if p == "/tmp" {
+		return scratch
+	}
+	if rest, ok := strings.CutPrefix(p, "/tmp/"); ok {
+		return pathspec.Join(scratch, rest)
+	}
+	return p
+}
+
+// needsNamespaces reports what in pl only a mount namespace can enforce.
+func needsNamespaces(pl *Plan, p *policy.Policy) error {
+	var why []string
+	folders := false
+	for _, m := range pl.Mounts {
+		switch m.Kind {
+		case KindHide:
+			why = append(why, fmt.Sprintf("fs_deny %s: Landlock only adds rights, so a path inside a grant cannot be hidden; grant the folders beside it instead", m.Target))
+		case KindOverlay:
+			folders = true
+		}
+	}
+	for _, pr := range p.Protections() {
+		if !pr.Builtin {
+			why = append(why, fmt.Sprintf("fs_protect %s: Landlock only adds rights, so a path inside an fs_write grant cannot be kept read-only; grant the folders beside it instead", pr.Path))
+		}
+	}
+	if folders && !p.AcceptsDowngrade(policy.DowngradeStagedWrites) {
+		why = append(why, "fs_write folders are written in place without namespaces: max_write is not enforced and their protected paths (git hooks and config, shell rc files, editor and CI configuration) cannot be kept read-only; add staged_writes to allow_downgrade to accept that, or grant single files")
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	slices.Sort(why)
+	return fmt.Errorf("%w: the backend without namespaces cannot enforce this policy: %s", ErrNeedsNamespaces, strings.Join(why, "; "))
+}
+
+// Socket and message constants for the profile without namespaces
+// (linux/socket.h, linux/net.h).
+const (
+	sockSeqpacket = 5          // SOCK_SEQPACKET
+	msgFastOpen   = 0x20000000 // MSG_FASTOPEN: sendto/sendmsg that connects (TCP Fast Open)
+)
+
+// WithoutNamespacesSeccomp returns s for a sandbox that shares the host's
+// network, IPC and pid namespaces:
+//
+//   - connect(2) goes to the supervisor (ActNotify), which connects the
+//     egress proxy itself and hands the socket back, or refuses. Nothing
+//     else can connect: Landlock (ABI 4) refuses every TCP connect and
+//     bind the kernel would make for the sandbox, and sendto, sendmsg and
+//     sendmmsg with MSG_FASTOPEN (a connect by another name) are refused.
+//   - socket(2) makes only TCP over AF_INET and AF_INET6, and stream or
+//     seqpacket AF_UNIX sockets: no UDP (no DNS, no datagrams to the
+//     host's syslog or anything else), raw, packet or netlink sockets.
+//     socketpair keeps AF_UNIX stream and seqpacket pairs.
+//   - listen(2) is refused: the host's ports are not the sandbox's.
+//   - System V IPC and POSIX message queues are refused: they are the
+//     host's.
+func WithoutNamespacesSeccomp(s Seccomp) Seccomp {
+	eq := func(arg int, v uint64) ArgCond { return ArgCond{Arg: arg, Mask: all64, Value: v} }
+	allowIf := func(conds ...ArgCond) SyscallRule { return SyscallRule{Action: ActAllow, Conds: conds} }
+	typ := func(t uint64) ArgCond { return ArgCond{Arg: 1, Mask: sockTypeMask, Value: t} }
+	var socket []SyscallRule
+	for _, t := range []uint64{sockStream, sockSeqpacket} {
+		socket = append(socket, allowIf(eq(0, afUnix), typ(t)))
+	}
+	for _, family := range []uint64{afInet, afInet6} {
+		for _, proto := range []uint64{ipprotoIP, ipprotoTCP} {
+			socket = append(socket, allowIf(eq(0, family), typ(sockStream), eq(2, proto)))
+		}
+	}
+	var pair []SyscallRule
+	for _, t := range []uint64{sockStream, sockSeqpacket} {
+		pair = append(pair, allowIf(eq(0, afUnix), typ(t)))
+	}
+	noFastOpen := func(arg int) []SyscallRule {
+		return []SyscallRule{{Action: ActEPERM, Conds: []ArgCond{{Arg: arg, Mask: msgFastOpen, Value: msgFastOpen}}}, {Action: ActAllow}}
+	}
+	replace := map[string]Syscall{
+		"connect":    {Why: "answered by the supervisor: it connects the egress proxy itself and hands that socket back, or refuses", Rules: []SyscallRule{{Action: ActNotify}}},
+		"socket":     {Why: "TCP over AF_INET and AF_INET6, stream and seqpacket AF_UNIX: no UDP, raw, packet or netlink", Rules: socket},
+		"socketpair": {Why: "AF_UNIX stream and seqpacket pairs", Rules: pair},
+		"sendto":     {Why: "not with MSG_FASTOPEN, which connects", Rules: noFastOpen(3)},
+		"sendmsg":    {Why: "not with MSG_FASTOPEN, which connects", Rules: noFastOpen(2)},
+		"sendmmsg":   {Why: "not with MSG_FASTOPEN, which connects", Rules: noFastOpen(3)},
+	}
+	refused := map[string]bool{"listen": true}
+	for _, n := range []string{"msgctl", "msgget", "msgrcv", "msgsnd", "semctl", "semget", "semop", "semtimedop", "shmat", "shmctl", "shmdt", "shmget",
+		"mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend", "mq_unlink"} {
+		refused[n] = true
+	}
+	out := Seccomp{Default: s.Default, Refused: slices.Clone(s.Refused)}
+	var gone []string
+	for _, sc := range s.Syscalls {
+		if refused[sc.Name] {
+			gone = append(gone, sc.Name)
+			continue
+		}
+		if r, ok := replace[sc.Name]; ok {
+			sc.Why, sc.Rules = r.Why, r.Rules
+		}
+		out.Syscalls = append(out.Syscalls, sc)
+	}
+	out.Refused = append(out.Refused, SyscallGroup{Name: "without namespaces",
+		Why:   "the host's: listen would open a host port, and System V IPC and message queues are shared with every process of the host",
+		Names: gone})
+	return out
+}

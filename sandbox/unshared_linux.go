@@ -1,0 +1,322 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/enforce/connbroker"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// BackendLandlock is the report's name of the backend without namespaces.
+const BackendLandlock = "landlock"
+
+// unsharedBackend runs the sandbox without namespaces, where user
+// namespaces cannot be created (a container's seccomp profile,
+// user.max_user_namespaces=0): the init runs in the host's namespaces as
+// the caller, Landlock confines the host's filesystem, TCP and signals,
+// seccomp refuses what a network namespace would have contained, and the
+// supervisor answers every connect(2) (internal/enforce/connbroker): it
+// connects the egress proxy itself and hands that socket back, so the
+// address it checked is the one used. The report's enforcement.weaker
+// lists what this gives up against the namespace backend.
+type unsharedBackend struct {
+	// why says why the namespace backend could not run, for the report;
+	// "" when the caller chose this backend.
+	why string
+}
+
+// weakerUnshared is what every run of this backend gives up.
+var weakerUnshared = []string{
+	"files: no mount namespace: the host's files outside the grants exist and are denied by Landlock rather than absent, and the system base is the host's own (/usr/lib, /etc/passwd, /etc/hosts)",
+	"processes: no pid namespace: the host's processes are listed in /proc (what ps shows of them) but cannot be signalled, traced or read (Landlock's scopes); the sandbox's init is a subreaper that kills the whole tree when the run ends",
+	"network: no network namespace: every connect(2) is answered by the supervisor, which connects nothing but the egress proxy; there are no local servers (listen is refused), no UDP and no connects to unix sockets; /proc/net lists the host's sockets",
+	"tools: no noexec mounts: only the command, allowed_tools and the loader can be executed, but the loader can still map a program the sandbox wrote or can read (ld.so FILE), since Landlock restricts execve and not mmap",
+	"/tmp: no private /tmp: TMPDIR and HOME are a scratch folder on the host's disk, removed at the end; max_scratch is checked every 250 ms and bounds each file (RLIMIT_FSIZE) rather than capping a tmpfs",
+	"hostname and IPC: the host's hostname; System V IPC and POSIX message queues are refused rather than private",
+}
+
+// launch compiles the plan without namespaces, makes the scratch folder,
+// the cgroup where one is delegated, and starts the init.
+func (ub unsharedBackend) launch(b *box) (*control, error) {
+	scratch, err := os.MkdirTemp("", "airlock-scratch-")
+	if err != nil {
+		return nil, fmt.Errorf("scratch folder: %w (set TMPDIR to a writable folder)", err)
+	}
+	cleanup := func() { _ = os.RemoveAll(scratch) }
+	pl, err := unsharedPlan(b.pl, b.cfg.Policy, scratch)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	b.pl = pl
+	if b.stage, err = openStaging(b.pl); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if b.lim, err = newLimits(b.pl.Limits, b.sink); err != nil {
+		b.stage.close()
+		cleanup()
+		return nil, err
+	}
+	b.enf = Enforcement{Backend: BackendLandlock}
+	for _, d := range b.lim.downgrades {
+		b.downgraded(policy.Downgrade(d))
+	}
+	if b.lim.group != nil {
+		b.enf.Cgroup = b.lim.host.Version
+	}
+	if ub.why != "" {
+		b.downgraded(policy.DowngradeNamespaces)
+		b.enf.Weaker = append(b.enf.Weaker, "namespaces: "+ub.why)
+	}
+	b.enf.Weaker = append(b.enf.Weaker, weakerUnshared...)
+	if os.Getuid() == 0 {
+		b.enf.Weaker = append(b.enf.Weaker, "uid: the sandbox runs as root's uid with every capability dropped (no user namespace to give it another): Landlock and seccomp, not file permissions, keep it from root's files")
+	}
+	for _, m := range b.pl.Mounts {
+		if m.Writable && !m.File {
+			b.downgraded(policy.DowngradeStagedWrites)
+			break
+		}
+	}
+	ctl, err := startInit(b, 0)
+	if err != nil {
+		b.lim.finish(b)
+		b.stage.close()
+		cleanup()
+		return nil, err
+	}
+	ctl.onExit = cleanup
+	ctl.watch(func(stop <-chan struct{}) { watchScratch(b, scratch, stop) })
+	return ctl, nil
+}
+
+// unsharedPlan returns a copy of pl for the backend without namespaces.
+func unsharedPlan(pl *plan.Plan, p *policy.Policy, scratch string) (*plan.Plan, error) {
+	raw, err := json.Marshal(pl)
+	if err != nil {
+		return nil, fmt.Errorf("copy plan: %w", err)
+	}
+	var cp plan.Plan
+	if err := json.Unmarshal(raw, &cp); err != nil {
+		return nil, fmt.Errorf("copy plan: %w", err)
+	}
+	if err := plan.WithoutNamespaces(&cp, p, scratch); err != nil {
+		return nil, err
+	}
+	return &cp, nil
+}
+
+// watchScratch halts the sandbox when its scratch folder holds more than
+// max_scratch: without a tmpfs of that size, a look every 250 ms is the
+// bound (RLIMIT_FSIZE bounds each file).
+func watchScratch(b *box, dir string, stop <-chan struct{}) {
+	limit := b.pl.Limits.Scratch
+	if limit <= 0 {
+		return
+	}
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		used, entries := diskUsage(dir, 1<<16)
+		if used > limit || entries >= 1<<16 {
+			b.halt(budget.MaxScratch, fmt.Sprintf("the sandbox wrote more than max_scratch (%d bytes) to its scratch folder, or more than 65536 entries, and was stopped with everything running in it", limit))
+			b.kill()
+			return
+		}
+	}
+}
+
+// diskUsage returns the bytes allocated under dir and the entries seen,
+// stopping at max entries. It never follows a symlink.
+func diskUsage(dir string, max int) (int64, int) {
+	var used int64
+	n := 0
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		n++
+		if n >= max {
+			return filepath.SkipAll
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				used += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return used, n
+}
+
+// broker is the box's side of connect(2) without namespaces: the two
+// loopback listeners the egress proxy serves on, reachable only through
+// connections the broker makes (their source ports are recorded before
+// the connect, and the listeners close anything else).
+type broker struct {
+	b           *box
+	http, socks netip.AddrPort
+
+	mu     sync.Mutex
+	issued map[uint16]bool // guarded by mu: source ports of connections the broker made
+}
+
+// serveBroker serves the egress proxy on loopback and answers the
+// sandbox's connects on the seccomp listener fds[0].
+func (b *box) serveBroker(ctl *control, fds []int) {
+	if len(fds) != 1 {
+		closeFDs(fds)
+		b.log.Error("sandbox: broker message without its one listener fd", "got", len(fds))
+		b.kill() // fail closed: nobody would answer connect
+		return
+	}
+	br := &broker{b: b, issued: map[uint16]bool{}}
+	if b.pl.Proxy {
+		if err := br.listen(); err != nil {
+			b.log.Error("egress", "err", err) // no proxy: every connect is refused
+		}
+	}
+	ctl.watch(func(stop <-chan struct{}) {
+		defer unix.Close(fds[0])
+		if err := connbroker.Serve(fds[0], br.decide, stop); err != nil {
+			b.log.Error("sandbox: connect broker", "err", err)
+			b.kill()
+		}
+	})
+}
+
+// listen makes the proxy's two loopback listeners and serves it on them.
+func (br *broker) listen() error {
+	var fds []int
+	for _, dst := range []*netip.AddrPort{&br.http, &br.socks} {
+		fd, ap, err := loopbackListener()
+		if err != nil {
+			closeFDs(fds)
+			return err
+		}
+		*dst = ap
+		fds = append(fds, fd)
+	}
+	br.b.serveProxyOn(fds, br.admit)
+	return nil
+}
+
+// admit reports whether c was made by the broker (and forgets its port).
+func (br *broker) admit(c net.Conn) bool {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil || !ap.Addr().IsLoopback() {
+		return false
+	}
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	ok := br.issued[ap.Port()]
+	delete(br.issued, ap.Port())
+	return ok
+}
+
+// decide answers one connect(2) of the sandbox: to the proxy's ports on
+// loopback, a connection the broker makes to the real proxy; to anything
+// else, EACCES and a denial in the report.
+func (br *broker) decide(r connbroker.Request) connbroker.Verdict {
+	var subject string
+	switch r.Family {
+	case unix.AF_INET, unix.AF_INET6:
+		subject = r.Addr.String()
+		if r.Addr.Addr().IsLoopback() && br.http.IsValid() {
+			switch r.Addr.Port() {
+			case plan.HTTPProxyPort:
+				return br.dial(br.http)
+			case plan.SOCKSProxyPort:
+				return br.dial(br.socks)
+			}
+		}
+	case unix.AF_UNIX:
+		subject = "unix socket " + r.Path
+	default:
+		subject = fmt.Sprintf("address family %d", r.Family)
+	}
+	msg := "connect to " + subject + " refused: without namespaces the sandbox reaches the network only through airlock's egress proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY)"
+	hint := "use the proxy for a host in net_hosts; the host's own ports, unix sockets and direct connections are never reachable from this backend"
+	if !br.b.pl.Proxy {
+		msg = "connect to " + subject + " refused: the policy grants no net_hosts, so the sandbox has no network"
+		hint = "add the host to net_hosts to reach it through the egress proxy"
+	}
+	br.b.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerNet, Op: "connect", Target: subject, Rule: policy.NetHosts.String(), Message: msg, Hint: hint})
+	return connbroker.Verdict{Errno: unix.EACCES}
+}
+
+// dial connects a new TCP socket to the proxy listener at ap, having
+// recorded its source port so the listener admits it.
+func (br *broker) dial(ap netip.AddrPort) connbroker.Verdict {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return connbroker.Verdict{Errno: unix.ENOBUFS}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		return connbroker.Verdict{Errno: unix.EADDRNOTAVAIL}
+	}
+	sa, err := unix.Getsockname(fd)
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if err != nil || !ok {
+		unix.Close(fd)
+		return connbroker.Verdict{Errno: unix.EADDRNOTAVAIL}
+	}
+	port := uint16(in4.Port)
+	br.mu.Lock()
+	br.issued[port] = true
+	br.mu.Unlock()
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}); err != nil {
+		br.mu.Lock()
+		delete(br.issued, port)
+		br.mu.Unlock()
+		unix.Close(fd)
+		return connbroker.Verdict{Errno: unix.ECONNREFUSED}
+	}
+	return connbroker.Verdict{Conn: os.NewFile(uintptr(fd), "proxy connection")}
+}
+
+// loopbackListener returns a listening TCP socket on 127.0.0.1 and its
+// address.
+func loopbackListener() (int, netip.AddrPort, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, netip.AddrPort{}, fmt.Errorf("proxy listener: %w", err)
+	}
+	err = unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+	if err == nil {
+		err = unix.Listen(fd, 128)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, netip.AddrPort{}, fmt.Errorf("proxy listener on 127.0.0.1: %w", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	in4, ok := sa.(*unix.SockaddrInet4)
+	if err != nil || !ok {
+		unix.Close(fd)
+		return -1, netip.AddrPort{}, errors.New("proxy listener: no IPv4 address")
+	}
+	return fd, netip.AddrPortFrom(netip.AddrFrom4(in4.Addr), uint16(in4.Port)), nil
+}
