@@ -19,6 +19,10 @@ func (pl *Plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "command:  %s\n", strings.Join(pl.Argv, " "))
 	fmt.Fprintf(&b, "cwd:      %s\n", pl.Cwd)
+	if pl.NoNamespaces {
+		pl.writeUnshared(&b)
+		return b.String()
+	}
 	pl.writeIdentity(&b)
 	b.WriteString("\nroot filesystem (mount namespace; everything else on the host does not exist inside):\n")
 	for _, m := range pl.Mounts {
@@ -43,18 +47,56 @@ func (pl *Plan) String() string {
 		b.WriteString("  no net_hosts: no way out at all (no proxy, no DNS)\n")
 	}
 	b.WriteString("  connect() reaches only the sandbox's own loopback: its own servers and the proxy (the init verifies lo is the only interface)\n")
-	pl.writeProcess(&b)
-	pl.Seccomp.write(&b)
-	pl.Limits.write(&b)
+	pl.writeTail(&b)
+	return b.String()
+}
+
+// writeTail renders what both backends share: the process, the seccomp
+// profile, the limits, the environment and the rlimits.
+func (pl *Plan) writeTail(b *strings.Builder) {
+	pl.writeProcess(b)
+	pl.Seccomp.write(b)
+	pl.Limits.write(b)
 	b.WriteString("\nenvironment (everything else is cleared):\n")
 	for _, e := range pl.Env {
 		b.WriteString("  " + e + "\n")
 	}
 	b.WriteString("\nrlimits (soft/hard, each process):\n")
 	for _, r := range pl.Rlimits {
-		fmt.Fprintf(&b, "  %-7s %s  (%s)\n", r.Resource, softHard(r), r.Why)
+		fmt.Fprintf(b, "  %-7s %s  (%s)\n", r.Resource, softHard(r), r.Why)
 	}
-	return b.String()
+}
+
+// writeUnshared renders the plan of the backend without namespaces.
+func (pl *Plan) writeUnshared(b *strings.Builder) {
+	b.WriteString("\nno namespaces (the landlock backend): the init runs in the host's namespaces as the caller; nothing is mounted\n")
+	fmt.Fprintf(b, "scratch:  %s (TMPDIR and HOME; made for the run, removed at its end)\n", pl.Scratch)
+	b.WriteString("\nlandlock rules on the host's filesystem (the only filesystem layer; anything not listed is denied, ABI 6 or later):\n")
+	for _, r := range pl.Rules {
+		fmt.Fprintf(b, "  %-8s %-40s [%s]\n", r.Access, r.Path, r.Origin)
+	}
+	b.WriteString("\ngrants the file API resolves beneath (opened by the init before anything runs):\n")
+	for _, m := range pl.Mounts {
+		if m.Grant() {
+			mode := "read-only"
+			if m.Writable {
+				mode = "read-write, in place"
+			}
+			fmt.Fprintf(b, "  %-22s %s  [%s]\n", mode, m.Target, m.Origin)
+		}
+	}
+	b.WriteString("\nnetwork (the host's, shared; Landlock refuses every TCP connect and bind, seccomp sends connect(2) to the supervisor):\n")
+	if pl.Proxy {
+		fmt.Fprintf(b, "  connect to 127.0.0.1:%d (HTTP, CONNECT) or 127.0.0.1:%d (SOCKS5): the supervisor connects the egress proxy and hands that socket back; net_hosts decides every connection\n", HTTPProxyPort, SOCKSProxyPort)
+		for _, h := range pl.NetHosts {
+			fmt.Fprintf(b, "  allow    %-40s [net_hosts]\n", h)
+		}
+	} else {
+		b.WriteString("  no net_hosts: no way out at all (no proxy, no DNS)\n")
+	}
+	b.WriteString("  every other connect is refused with EACCES and reported: the host's loopback, unix sockets, any address; no UDP, no listen\n")
+	b.WriteString("\nprocesses: a Landlock domain with signal and abstract-socket scopes; the init, outside it, is a subreaper that kills the whole tree at the end\n")
+	pl.writeTail(b)
 }
 
 // writeIdentity renders the namespaces and the id mapping.
@@ -81,9 +123,12 @@ func (pl *Plan) writeIdentity(b *strings.Builder) {
 // writeProcess renders what the init does to the process before execve.
 func (pl *Plan) writeProcess(b *strings.Builder) {
 	b.WriteString("\nprocess:\n")
-	if len(pl.Capabilities) == 0 {
+	switch {
+	case len(pl.Capabilities) == 0 && pl.NoNamespaces:
+		b.WriteString("  capabilities: none, dropped from every set the caller can change (as root: bounding too, securebits locked; as a user the bounding set is the caller's, and no_new_privs keeps execve from granting from it)\n")
+	case len(pl.Capabilities) == 0:
 		b.WriteString("  capabilities: none, dropped from every set (bounding, ambient too); securebits locked\n")
-	} else {
+	default:
 		fmt.Fprintf(b, "  capabilities kept: %s\n", strings.Join(pl.Capabilities, ", "))
 	}
 	if pl.NoNewPrivileges {

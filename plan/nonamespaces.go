@@ -108,17 +108,15 @@ func needsNamespaces(pl *Plan, p *policy.Policy) error {
 	var why []string
 	folders := false
 	for _, m := range pl.Mounts {
-		switch m.Kind {
-		case KindHide:
-			why = append(why, fmt.Sprintf("fs_deny %s: Landlock only adds rights, so a path inside a grant cannot be hidden; grant the folders beside it instead", m.Target))
-		case KindOverlay:
-			folders = true
-		}
+		folders = folders || m.Kind == KindOverlay
 	}
-	for _, pr := range p.Protections() {
-		if !pr.Builtin {
-			why = append(why, fmt.Sprintf("fs_protect %s: Landlock only adds rights, so a path inside an fs_write grant cannot be kept read-only; grant the folders beside it instead", pr.Path))
-		}
+	// Refused whether the path exists now or not: the sandbox or the host
+	// could create it while the run lasts.
+	for _, d := range p.FSDeny() {
+		why = append(why, fmt.Sprintf("fs_deny %s: Landlock only adds rights, so a path inside a grant cannot be hidden; grant the folders beside it instead", d))
+	}
+	for _, f := range p.FSProtect() {
+		why = append(why, fmt.Sprintf("fs_protect %s: Landlock only adds rights, so a path inside an fs_write grant cannot be kept read-only; grant the folders beside it instead", f))
 	}
 	if folders && !p.AcceptsDowngrade(policy.DowngradeStagedWrites) {
 		why = append(why, "fs_write folders are written in place without namespaces: max_write is not enforced and their protected paths (git hooks and config, shell rc files, editor and CI configuration) cannot be kept read-only; add staged_writes to allow_downgrade to accept that, or grant single files")

@@ -550,3 +550,111 @@ for src in ["/etc/shadow", %q]:
 print(bad); sys.exit(1 if bad else 0)`, tr.out, tr.secret))
 	wantExit(t, rep, 0)
 }
+
+// TestUnsharedSupervisorKilled: when airlock itself is SIGKILLed, with no
+// pid namespace to end the sandbox, its init still kills the whole tree
+// (its death signal is SIGTERM, which it answers by killing every
+// descendant), a daemon included.
+func TestUnsharedSupervisorKilled(t *testing.T) {
+	requireUnshared(t)
+	if os.Geteuid() != 0 {
+		// The code path is the same for every uid; CI runs it as root.
+		t.Skip("builds the airlock binary with the go tool, whose module and build caches CI's rootless subset does not have")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "airlock")
+	goBuild(t, "../cmd/airlock", bin)
+	pidFile := filepath.Join(dir, "daemon.pid")
+	if err := os.WriteFile(pidFile, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := []string{"run", "--isolation", "landlock", "--fs-write", pidFile, "--max-wall", "50s"}
+	if os.Geteuid() != 0 {
+		args = append(args, "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids", "--allow-downgrade", "max_cpu")
+	}
+	cmd := exec.CommandContext(ctx, bin, append(args, "--", "/usr/bin/python3", "-c", fmt.Sprintf(`
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open(%q, "w").write(str(os.getpid()))
+        while True:
+            time.sleep(1)
+    os._exit(0)
+time.sleep(100)`, pidFile))...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	daemon := 0
+	for deadline := time.Now().Add(20 * time.Second); daemon == 0; {
+		b, _ := os.ReadFile(pidFile)
+		daemon, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("the daemon did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	waitGone(t, daemon, "a daemon of a SIGKILLed supervisor")
+}
+
+// TestUnsharedAttackBroadcastSignal: kill(-1, sig) from the sandbox, as
+// its uid, reaches no process outside it. SIGURG is the probe: every
+// process ignores it by default (Go's runtime uses it for preemption), and
+// the host's victim records it.
+func TestUnsharedAttackBroadcastSignal(t *testing.T) {
+	requireUnshared(t)
+	dir := t.TempDir()
+	got := filepath.Join(dir, "victim-got-signal")
+	ready := filepath.Join(dir, "victim-ready")
+	victim := exec.Command("/usr/bin/python3", "-c", fmt.Sprintf(`
+import signal, time
+def hit(*_):
+    open(%q, "w").write("hit")
+signal.signal(signal.SIGURG, hit)
+open(%q, "w").write("ready")
+time.sleep(60)`, got, ready))
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the victim did not start")
+		}
+	}
+	rep := pyL(t, policy.Spec{}, `
+import os, signal
+try:
+    os.kill(-1, signal.SIGURG)
+    print("broadcast sent")
+except OSError as e:
+    print("broadcast refused", e.errno)`)
+	wantExit(t, rep, 0)
+	time.Sleep(200 * time.Millisecond) // a delivered signal runs the handler at once
+	if _, err := os.Stat(got); err == nil {
+		t.Fatalf("kill(-1) from the sandbox reached a host process (%s)", rep.Stdout)
+	}
+	// The positive control: the same broadcast from outside reaches it.
+	if err := victim.Process.Signal(syscall.SIGURG); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(got); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the victim does not record SIGURG: the probe proves nothing")
+		}
+	}
+}

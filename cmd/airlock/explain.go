@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/plan"
@@ -26,7 +28,12 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("explain", explainSynopsis, stderr)
 	var pf policyFlags
 	pf.register(fs)
+	isolation := fs.String("isolation", "namespaces", "the backend whose plan to print: namespaces, or landlock (no namespaces)")
 	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *isolation != sandbox.IsolationNamespaces && *isolation != sandbox.IsolationLandlock {
+		fmt.Fprintf(stderr, "airlock explain: --isolation %q: use namespaces or landlock\n", termtext.Field(*isolation))
 		return exitUsage
 	}
 	p, err := pf.build()
@@ -40,6 +47,10 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: pf.cwd, CommandIsGranted: true}
 	pl, err := cmd.Plan()
+	if err == nil && *isolation == sandbox.IsolationLandlock {
+		// The run makes a fresh folder under $TMPDIR; its name is random.
+		err = plan.WithoutNamespaces(pl, p, filepath.Join(os.TempDir(), "airlock-scratch-RANDOM"))
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock explain: %s\n", errText(err))
 		return exitFailed

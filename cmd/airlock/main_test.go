@@ -371,3 +371,30 @@ func TestRunJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainWithoutNamespaces: explain --isolation landlock prints the
+// plan of the backend without namespaces (no mount steps, the scratch
+// folder, connect answered by the supervisor), and refuses what Landlock
+// cannot express, naming it.
+func TestExplainWithoutNamespaces(t *testing.T) {
+	r := airlock(t, "", "explain", "--isolation", "landlock", "--net-host", "example.com", "--", "sh")
+	if r.code != 0 {
+		t.Fatalf("explain --isolation landlock: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"no namespaces (the landlock backend)", "airlock-scratch-RANDOM", "the supervisor connects the egress proxy", "answered by the supervisor"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "root filesystem (mount namespace") {
+		t.Errorf("explain without namespaces prints mount steps:\n%s", r.stdout)
+	}
+	dir := t.TempDir()
+	r = airlock(t, "", "explain", "--isolation", "landlock", "--fs-read", dir, "--fs-deny", filepath.Join(dir, "secret"))
+	if r.code == 0 || !strings.Contains(r.stderr, "fs_deny") {
+		t.Errorf("explain of an fs_deny inside a grant without namespaces: exit %d, stderr %q; want a refusal naming fs_deny", r.code, r.stderr)
+	}
+	if r := airlock(t, "", "explain", "--isolation", "gvisor"); r.code != 2 {
+		t.Errorf("explain --isolation gvisor: exit %d, want 2 (usage)", r.code)
+	}
+}
