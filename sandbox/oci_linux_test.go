@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/export/oci"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -267,5 +269,13 @@ func TestIsolationOCISession(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBundleInitPathAgrees: the path export/oci binds the init at is the
+// one the init binary dispatches on.
+func TestBundleInitPathAgrees(t *testing.T) {
+	if oci.InitPath != nsinit.BundleInitPath {
+		t.Fatalf("export/oci binds the init at %q, nsinit dispatches on %q", oci.InitPath, nsinit.BundleInitPath)
 	}
 }

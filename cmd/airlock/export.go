@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/export/k8s"
 	"github.com/airlock-sandbox/airlock/export/oci"
@@ -47,6 +48,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	proxyImage := fs.String("proxy-image", k8s.DefaultProxyImage, "k8s: image running 'airlock egress-proxy'")
 	proxyIP := fs.String("proxy-cluster-ip", "", "k8s: fixed clusterIP for the proxy Service; then the Pod needs no DNS")
 	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `k8s: runtimeClassName; "" leaves it out (the cluster default, usually runc)`)
+	noInit := fs.Bool("no-init", false, "oci: leave COMMAND as the bundle's pid 1 (no signal forwarding, no reaping, no max_wall): for a caller that does all three itself")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
 	}
@@ -77,7 +79,13 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		if *hostID == 0 || *hostID > math.MaxUint32 {
 			return fail(fmt.Errorf("--host-id %d: give a non-zero 32-bit uid: root inside never maps to host root", *hostID))
 		}
-		return exportOCI(pl, p, dir, oci.Options{BundleDir: dir, Rootfs: *rootfs, HostID: uint32(*hostID), Arch: *arch}, stdout, stderr, fail)
+		o := oci.Options{BundleDir: dir, Rootfs: *rootfs, HostID: uint32(*hostID), Arch: *arch}
+		if !*noInit {
+			if o.Init, err = copyInit(dir); err != nil {
+				return fail(err)
+			}
+		}
+		return exportOCI(pl, p, dir, o, stdout, stderr, fail)
 	}
 	o := k8s.Options{Name: *name, Namespace: *ns, Image: *image, RuntimeClass: *rtClass, NoRuntimeClass: *rtClass == "",
 		ProxyImage: *proxyImage, ProxyClusterIP: *proxyIP, Arch: *arch}
@@ -95,8 +103,33 @@ func exportOCI(pl *plan.Plan, p *policy.Policy, dir string, o oci.Options, stdou
 	if pl.Proxy {
 		fmt.Fprintln(stderr, "airlock export oci: note: the bundle's network namespace is empty and runs no egress proxy, so net_hosts are unreachable (connections fail closed)")
 	}
-	fmt.Fprintf(stdout, "wrote %s\nrun it with: runc run --bundle %s NAME (fs_write grants must be writable by uid %d)\n", filepath.Join(dir, "config.json"), dir, o.HostID)
+	fmt.Fprintf(stdout, "wrote %s\n", filepath.Join(dir, "config.json"))
+	fmt.Fprint(stdout, runInstructions(dir, o, pl))
 	return exitOK
+}
+
+// runInstructions says how to run the bundle, with the command lines that
+// work on this host.
+func runInstructions(dir string, o oci.Options, pl *plan.Plan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run it with: runc run --bundle %s NAME\n", dir)
+	if hybridCgroups() {
+		// crun refuses a host that mounts cgroup2 beside v1 controllers.
+		fmt.Fprintf(&b, "        or: unshare -m --propagation private sh -c 'umount /sys/fs/cgroup/unified && exec crun run --bundle %s NAME'\n", dir)
+		b.WriteString("            (this host mounts cgroup v1 controllers and cgroup2 side by side, which crun refuses unless the cgroup2 mount is hidden in a private mount namespace)\n")
+	} else {
+		fmt.Fprintf(&b, "        or: crun run --bundle %s NAME\n", dir)
+	}
+	fmt.Fprintf(&b, "as root; fs_write grants must be writable by uid %d, which root inside maps to\n", o.HostID)
+	if d := unsearchable(dir); d != "" {
+		fmt.Fprintf(&b, "note: %s is not searchable by uid %d, so the runtime cannot reach the bundle (\"permission denied\" at rootfs): chmod o+x %s, or export somewhere it can reach\n", d, o.HostID, d)
+	}
+	if o.Init != "" {
+		fmt.Fprintf(&b, "pid 1 is airlock's init (%s): it forwards signals, reaps, and kills everything at max_wall (%v, exit 124)\n", oci.InitPath, pl.Limits.Wall)
+	} else {
+		b.WriteString("COMMAND is pid 1 (--no-init): it ignores signals it has no handler for, and max_wall is not enforced: the caller must enforce the deadline\n")
+	}
+	return b.String()
 }
 
 func exportK8s(pl *plan.Plan, p *policy.Policy, dir string, o k8s.Options, stdout io.Writer, fail func(error) int) int {
@@ -121,4 +154,17 @@ func exportK8s(pl *plan.Plan, p *policy.Policy, dir string, o k8s.Options, stdou
 	}
 	fmt.Fprintf(stdout, "wrote %s\nwrote %s (install it on every node as /var/lib/kubelet/seccomp/%s)\n", manifest, prof, m.SeccompPath)
 	return exitOK
+}
+
+// unsearchable returns the first of dir and its parents that others may
+// not search (the container's mapped uid is "others"), or "".
+func unsearchable(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return ""
+		}
+	}
 }

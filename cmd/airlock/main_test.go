@@ -398,3 +398,55 @@ func TestExplainWithoutNamespaces(t *testing.T) {
 		t.Errorf("explain --isolation gvisor: exit %d, want 2 (usage)", r.code)
 	}
 }
+
+// TestExportOCIInit: the exported bundle runs airlock's init as pid 1 with
+// the deadline in its arguments and the binary in the bundle; the printed
+// instructions name runc and crun, and say when the runtime cannot reach
+// the bundle. --no-init says the caller must enforce the deadline.
+func TestExportOCIInit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bundle") // t.TempDir is 0700: not searchable by the mapped uid
+	r := airlock(t, "", "export", "oci", "--max-wall", "7s", "--out", dir, "--", "/bin/true")
+	if r.code != 0 {
+		t.Fatalf("export: exit %d\n%s", r.code, r.stderr)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Process struct{ Args []string } `json:"process"`
+		Mounts  []struct {
+			Destination string   `json:"destination"`
+			Source      string   `json:"source"`
+			Options     []string `json:"options"`
+		} `json:"mounts"`
+	}
+	if err := json.Unmarshal(cfg, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/.airlock/init", "7s", "--", "/usr/bin/true"}; !slices.Equal(spec.Process.Args, want) {
+		t.Errorf("process.args = %q, want %q", spec.Process.Args, want)
+	}
+	bound := slices.ContainsFunc(spec.Mounts, func(m struct {
+		Destination string   `json:"destination"`
+		Source      string   `json:"source"`
+		Options     []string `json:"options"`
+	}) bool {
+		return m.Destination == "/.airlock/init" && m.Source == filepath.Join(dir, "airlock-init") && slices.Contains(m.Options, "ro")
+	})
+	if !bound {
+		t.Errorf("the init is not bound read-only from the bundle: %+v", spec.Mounts)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "airlock-init")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("bundle's airlock-init: %v %v", fi, err)
+	}
+	for _, want := range []string{"runc run --bundle " + dir, "crun run --bundle " + dir, "max_wall (7s, exit 124)", "is not searchable by uid"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("export output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = airlock(t, "", "export", "oci", "--no-init", "--out", filepath.Join(t.TempDir(), "b2"), "--", "/bin/true")
+	if r.code != 0 || !strings.Contains(r.stdout, "the caller must enforce the deadline") {
+		t.Errorf("--no-init: exit %d, stdout %q", r.code, r.stdout)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -71,7 +72,19 @@ type Options struct {
 	// read-write binds, and nothing bounds what the container writes to
 	// them (max_write and the write-back refusals need a supervisor).
 	StageDir string
+
+	// Init is the absolute host path of airlock's init binary, which the
+	// bundle binds read-only at InitPath and runs as its pid 1 in front of
+	// the command: it forwards signals, reaps orphans and enforces
+	// max_wall (exit 124), none of which a runtime does for a bare
+	// command. Empty leaves the command as pid 1, for a supervisor that
+	// does all that itself (airlock's own --isolation oci).
+	Init string
 }
+
+// InitPath is where a bundle with Options.Init binds airlock's init inside
+// (internal/enforce/nsinit.BundleInitPath).
+const InitPath = "/.airlock/init"
 
 // File is one thing Write puts in the bundle besides config.json.
 type File struct {
@@ -161,7 +174,16 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 		b.Spec.Process.Rlimits = append(b.Spec.Process.Rlimits, specs.POSIXRlimit{Type: name, Hard: r.Hard, Soft: r.Value})
 	}
 	b.ownRootfs = opts.Rootfs == ""
-	if err := b.addMounts(pl.Mounts, opts.BundleDir, opts.StageDir, b.ownRootfs); err != nil {
+	mounts := pl.Mounts
+	if opts.Init != "" {
+		if !filepath.IsAbs(opts.Init) {
+			return nil, fmt.Errorf("oci: config: init binary %q: give an absolute host path", opts.Init)
+		}
+		// The deadline travels in the arguments, as a Go duration.
+		b.Spec.Process.Args = append([]string{InitPath, pl.Limits.Wall.String(), "--"}, pl.Argv...)
+		mounts = append(slices.Clone(mounts), plan.Mount{Kind: plan.KindBind, Source: opts.Init, Target: InitPath, Exec: true, File: true, Origin: plan.OriginSandbox})
+	}
+	if err := b.addMounts(mounts, opts.BundleDir, opts.StageDir, b.ownRootfs); err != nil {
 		return nil, err
 	}
 	return b, nil

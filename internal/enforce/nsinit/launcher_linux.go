@@ -442,5 +442,7 @@ func Dispatch() {
 		Launch()
 	case PauseArg0, PausePath: // the runtime executes args[0], the bind's path, as argv[0]
 		Pause()
+	case BundleInitPath:
+		BundleInit()
 	}
 }
