@@ -140,7 +140,10 @@ type Enforcement struct {
 	// (airlock's own init), "landlock" (the same init without namespaces:
 	// Landlock, seccomp and the connect broker), "oci/runc" or "oci/crun".
 	// Empty when nothing was started.
-	Backend    string `json:"backend,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	// Platform is how gVisor's sentry runs the workload under oci/runsc:
+	// "gvisor/systrap", "gvisor/ptrace" or "gvisor/kvm". Empty otherwise.
+	Platform   string `json:"platform,omitempty"`
 	Namespaces bool   `json:"namespaces"`
 	// Landlock is the Landlock ABI enforced; 0 means not enforced (only
 	// with allow_downgrade: landlock).

@@ -46,12 +46,10 @@ func WithoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
 	if err := needsNamespaces(pl, p); err != nil {
 		return err
 	}
+	WritesInPlace(pl)
 	var mounts []Mount
 	for _, m := range pl.Mounts {
-		switch {
-		case m.Kind == KindOverlay || m.Kind == KindStagedFile:
-			mounts = append(mounts, Mount{Kind: KindBind, Source: m.Source, Target: m.Target, Writable: true, File: m.Kind == KindStagedFile, Origin: m.Origin})
-		case m.Kind == KindBind && m.Origin != OriginBase && m.Origin != OriginSandbox:
+		if m.Kind == KindBind && m.Origin != OriginBase && m.Origin != OriginSandbox {
 			m.IDMap, m.Recursive = false, false
 			mounts = append(mounts, m)
 		}
@@ -89,6 +87,25 @@ func WithoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
 	}
 	pl.Seccomp = WithoutNamespacesSeccomp(pl.Seccomp)
 	return nil
+}
+
+// WritesInPlace makes pl's staged fs_write grants plain read-write binds of
+// the host paths, in place, and drops the stage: for a backend that cannot
+// stage (no mount namespace, or gVisor, whose gofer has no overlay of a
+// host folder). max_write and the write-back refusals then do not apply;
+// the protected paths' read-only steps stay where a backend mounts them.
+func WritesInPlace(pl *Plan) {
+	mounts := pl.Mounts[:0:0]
+	for _, m := range pl.Mounts {
+		switch m.Kind {
+		case KindStage:
+			continue
+		case KindOverlay, KindStagedFile:
+			m = Mount{Kind: KindBind, Source: m.Source, Target: m.Target, Writable: true, File: m.Kind == KindStagedFile, IDMap: m.IDMap, Recursive: m.Recursive, Origin: m.Origin}
+		}
+		mounts = append(mounts, m)
+	}
+	pl.Mounts = mounts
 }
 
 // InScratch maps a path under the namespace backend's private /tmp to the

@@ -48,7 +48,8 @@ type Config struct {
 	// cap and report around it (root only).
 	Isolation string
 
-	// Runtime is the OCI runtime for IsolationOCI: "runc" or "crun".
+	// Runtime is the OCI runtime for IsolationOCI: "runc" (the default),
+	// "crun", or "runsc" (the same as IsolationGVisor).
 	Runtime string
 
 	// MaxProxyConns lowers the cap on connections the sandbox may hold to
@@ -95,6 +96,11 @@ const (
 	// user namespaces cannot be created and the policy accepts the
 	// downgrade (allow_downgrade: namespaces).
 	IsolationLandlock = "landlock"
+	// IsolationGVisor is IsolationOCI under gVisor's runsc: the workload
+	// runs on a user-space kernel (the report's enforcement.platform says
+	// which platform), with airlock's proxy, deadline, output cap and
+	// report around it. Root only, like IsolationOCI.
+	IsolationGVisor = "gvisor"
 )
 
 // Cmd is one command to run in a fresh sandbox, like exec.Cmd.

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/gvisor"
 )
 
 // ociRuntime is one runtime airlock can drive.
@@ -26,20 +27,38 @@ type ociRuntime struct {
 	name   string
 	bin    string
 	hybrid bool // needs the cgroup2 mount hidden on hybrid hosts
+	// sentry is set for gVisor's runsc: the container runs on a user-space
+	// kernel (nsinit.LaunchInfo.Sentry), on platform.
+	sentry   bool
+	platform string
+	flags    []string // before every subcommand
 }
 
 func findRuntime(name string) (ociRuntime, error) {
 	candidates := map[string][]string{
-		"runc": {"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc"},
-		"crun": {"/usr/bin/crun", "/usr/local/bin/crun"},
+		"runc":  {"/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc", "/usr/local/bin/runc"},
+		"crun":  {"/usr/bin/crun", "/usr/local/bin/crun"},
+		"runsc": gvisor.Candidates,
 	}
 	paths, ok := candidates[name]
 	if !ok {
-		return ociRuntime{}, fmt.Errorf("runtime %q: airlock drives runc and crun (runsc does not start airlock's bundle yet)", name)
+		return ociRuntime{}, fmt.Errorf("runtime %q: airlock drives runc, crun and runsc (gVisor)", name)
 	}
 	for _, p := range paths {
 		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
-			return ociRuntime{name: name, bin: p, hybrid: name == "crun"}, nil
+			rt := ociRuntime{name: name, bin: p, hybrid: name == "crun"}
+			if name == "runsc" {
+				rt.sentry, rt.platform = true, gvisor.Platform(p)
+				// No network device (the sentry's loopback only: the
+				// proxy comes in through a unix socket), and unix sockets
+				// the bundle binds (only that one) may be connected. Not
+				// --oci-seccomp: this runsc answers every errno rule with
+				// EPERM (errnoRet is ignored), so clone3's ENOSYS becomes
+				// EPERM and Go programs crash; the workload's syscalls are
+				// gVisor's kernel's to serve, and the report says so.
+				rt.flags = []string{"--platform=" + rt.platform, "--network=none", "--host-uds=open"}
+			}
+			return rt, nil
 		}
 	}
 	return ociRuntime{}, fmt.Errorf("runtime %s is not installed (looked in %v): install it or use the default isolation", name, paths)
@@ -56,12 +75,26 @@ func (o ociBackend) launch(b *box) (*control, error) {
 	if !namespace.HostAdmin() {
 		return nil, errors.New("isolation oci needs root on the host (CAP_SYS_ADMIN in the initial user namespace: the bundle maps the sandbox to an unprivileged host id), which this process lacks (a non-root user, or root in a container); use the default isolation")
 	}
-	rt, err := findRuntime(o.runtime)
+	runtimeName := o.runtime
+	if runtimeName == "" {
+		runtimeName = "runc"
+	}
+	rt, err := findRuntime(runtimeName)
 	if err != nil {
 		return nil, err
 	}
 	id := hostID(b.pl)
-	if err := checkReadable(b.cfg.Policy.FSWrite(), uint32(id)); err != nil {
+	if rt.sentry {
+		// gVisor has no overlay of a host folder to stage writes on: they
+		// are made in place, which the policy must accept, by the
+		// container's host uid.
+		if err := sentryWrites(b); err != nil {
+			return nil, err
+		}
+		if err := checkWritable(b.cfg.Policy.FSWrite()); err != nil {
+			return nil, err
+		}
+	} else if err := checkReadable(b.cfg.Policy.FSWrite(), uint32(id)); err != nil {
 		return nil, err
 	}
 	ociJanitor() // cheap: a long-lived supervisor (serve) cleans up after others on every OCI run
@@ -101,9 +134,11 @@ func (l *ociLaunch) start() (*control, error) {
 	if b.stage, err = openStaging(b.pl); err != nil {
 		return nil, err
 	}
-	stageFD, err := ociStage(b.pl, l.id)
-	if err != nil {
-		return nil, err
+	stageFD := -1
+	if !l.rt.sentry {
+		if stageFD, err = ociStage(b.pl, l.id); err != nil {
+			return nil, err
+		}
 	}
 	l.stageDir = "-"
 	if stageFD >= 0 {
@@ -131,6 +166,11 @@ func (l *ociLaunch) start() (*control, error) {
 	// launcher checks it holds only lo and makes the proxy's listeners in
 	// it, which the supervisor serves.
 	ob.Spec.Linux.CgroupsPath = ociCgroupParent + "/" + l.name
+	if l.rt.sentry {
+		if err := l.sentryBundle(ob); err != nil {
+			return nil, err
+		}
+	}
 	if err := ob.Write(bundleDir); err != nil {
 		return nil, err
 	}
@@ -142,7 +182,7 @@ func (l *ociLaunch) start() (*control, error) {
 			grants = append(grants, m.Target)
 		}
 	}
-	lj, _ := json.Marshal(nsinit.LaunchInfo{Grants: grants, Proxy: b.pl.Proxy}) // plain data always encodes
+	lj, _ := json.Marshal(nsinit.LaunchInfo{Grants: grants, Proxy: b.pl.Proxy && !l.rt.sentry, RuntimeFlags: l.rt.flags, Sentry: l.rt.sentry}) // plain data always encodes
 	if err := os.WriteFile(filepath.Join(bundleDir, nsinit.LaunchFile), lj, 0o644); err != nil {
 		return nil, err
 	}
@@ -152,6 +192,14 @@ func (l *ociLaunch) start() (*control, error) {
 	b.enf.Backend = "oci/" + l.rt.name
 	b.enf.Namespaces, b.enf.Seccomp = true, true
 	b.enf.Cgroup = "runtime:" + l.rt.name
+	if l.rt.sentry {
+		b.enf.Seccomp = false // the workload's syscalls never reach the host kernel
+		b.enf.Platform = "gvisor/" + l.rt.platform
+		b.enf.Weaker = append(b.enf.Weaker, sentryWeaker...)
+		if err := l.serveSentryProxy(); err != nil {
+			return nil, err
+		}
+	}
 	b.enf.FSDenials = "not reported under isolation oci"
 	b.sandboxID = l.id
 	return l.startLauncher(initFile, stageFD)
@@ -259,6 +307,9 @@ func (l *ociLaunch) cleanup() {
 	l.closers = nil
 	removeOCICgroups(l.name)
 	_ = os.RemoveAll(l.tmp) // the janitor retries what is left
+	if l.rt.sentry {
+		chownBack(l.b.cfg.Policy.FSWrite(), l.id)
+	}
 }
 
 // ociCgroupParent is where containers' cgroups are created in every

@@ -114,8 +114,13 @@ func backendFor(cfg Config) (backend, error) {
 		return ociBackend{runtime: cfg.Runtime}, nil
 	case IsolationLandlock:
 		return unsharedBackend{}, nil
+	case IsolationGVisor:
+		if cfg.Runtime != "" && cfg.Runtime != "runsc" {
+			return nil, fmt.Errorf("sandbox: isolation %q runs under runsc, not %q: drop the runtime, or use isolation %q with it", IsolationGVisor, cfg.Runtime, IsolationOCI)
+		}
+		return ociBackend{runtime: "runsc"}, nil
 	}
-	return nil, fmt.Errorf("sandbox: isolation %q: use %q, %q or %q", cfg.Isolation, IsolationNamespaces, IsolationLandlock, IsolationOCI)
+	return nil, fmt.Errorf("sandbox: isolation %q: use %q, %q, %q or %q", cfg.Isolation, IsolationNamespaces, IsolationLandlock, IsolationGVisor, IsolationOCI)
 }
 
 func planExitCode(err error) int {

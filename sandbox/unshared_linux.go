@@ -108,6 +108,19 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 
 // unsharedPlan returns a copy of pl for the backend without namespaces.
 func unsharedPlan(pl *plan.Plan, p *policy.Policy, scratch string) (*plan.Plan, error) {
+	cp, err := copyPlan(pl)
+	if err != nil {
+		return nil, err
+	}
+	if err := plan.WithoutNamespaces(cp, p, scratch); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// copyPlan returns a deep copy of pl (a backend that changes its plan
+// leaves the caller's alone).
+func copyPlan(pl *plan.Plan) (*plan.Plan, error) {
 	raw, err := json.Marshal(pl)
 	if err != nil {
 		return nil, fmt.Errorf("copy plan: %w", err)
@@ -115,9 +128,6 @@ func unsharedPlan(pl *plan.Plan, p *policy.Policy, scratch string) (*plan.Plan, 
 	var cp plan.Plan
 	if err := json.Unmarshal(raw, &cp); err != nil {
 		return nil, fmt.Errorf("copy plan: %w", err)
-	}
-	if err := plan.WithoutNamespaces(&cp, p, scratch); err != nil {
-		return nil, err
 	}
 	return &cp, nil
 }

@@ -101,14 +101,40 @@ func buildAirlock(t *testing.T) string {
 // TestCSVInjection is the README's opening story: the honest work lands in
 // out/, the credential read fails, the attacker receives nothing, the loop
 // dies at max_wall, and the report lists the refused POST and the halt.
+// TestCSVInjection runs the reference scenario on every backend: airlock's
+// namespaces (the default), the backend without namespaces, and gVisor.
 func TestCSVInjection(t *testing.T) {
-	airtest.RequireUserNS(t)
-	airtest.RequireLandlockABI(t, 4)
 	airtest.RequireBinary(t, "/usr/bin/python3")
 	bin := buildAirlock(t)
+	t.Run("namespaces", func(t *testing.T) {
+		airtest.RequireUserNS(t)
+		airtest.RequireLandlockABI(t, 4)
+		testCSVInjection(t, bin, "--fs-audit")
+	})
+	t.Run("landlock", func(t *testing.T) {
+		airtest.RequireLandlockABI(t, 6)
+		testCSVInjection(t, bin, "--isolation", "landlock", "--allow-downgrade", "staged_writes", "--fs-audit")
+	})
+	t.Run("gvisor", func(t *testing.T) {
+		airtest.RequireRoot(t)
+		airtest.RequireBinary(t, "/usr/bin/runsc")
+		testCSVInjection(t, bin, "--isolation", "gvisor", "--allow-downgrade", "staged_writes")
+	})
+}
 
+func testCSVInjection(t *testing.T, bin string, flags ...string) {
 	dir := t.TempDir()
 	copyExample(t, dir)
+	// gVisor writes in place as the container's host uid: out must be
+	// writable by others, and the folders above it searchable.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Join(dir, "out"), 0o777); err != nil {
+		t.Fatal(err)
+	}
 	home := filepath.Join(t.TempDir(), "home")
 	const secret = "aws_secret_access_key = AIRLOCKTESTSECRETDONOTSEND"
 	if err := os.MkdirAll(filepath.Join(home, ".aws"), 0o700); err != nil {
@@ -122,8 +148,9 @@ func TestCSVInjection(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--fs-audit", "--policy", "policy.yaml",
-		"--env", "HOME="+home, "--env", "ATTACKER_URL="+url, "--json", "--", "python3", "../agent_snippet.py")
+	args := append([]string{"run"}, flags...)
+	args = append(args, "--policy", "policy.yaml", "--env", "HOME="+home, "--env", "ATTACKER_URL="+url, "--json", "--", "python3", "../agent_snippet.py")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -191,7 +218,7 @@ func TestCSVInjection(t *testing.T) {
 	switch {
 	case fsDenied:
 		t.Logf("the credential read is listed as a filesystem denial")
-	case strings.Contains(rep.Enforcement.FSDenials, "do not exist inside") || strings.HasPrefix(rep.Enforcement.FSDenials, "unavailable"):
+	case strings.Contains(rep.Enforcement.FSDenials, "do not exist inside") || strings.HasPrefix(rep.Enforcement.FSDenials, "unavailable") || strings.HasPrefix(rep.Enforcement.FSDenials, "not reported"):
 		// The credentials are outside every grant, so they do not exist in
 		// the sandbox: the read fails with ENOENT and the report says why
 		// no filesystem denial is itemized.

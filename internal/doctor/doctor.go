@@ -68,6 +68,16 @@ type Facts struct {
 	// idmapped through a fresh user namespace. Only a root supervisor
 	// idmaps grants; for others it is not probed.
 	IDMap error
+
+	// GVisor is where runsc is and the platform isolation gvisor runs it
+	// on, or why it is unavailable.
+	GVisor GVisor
+}
+
+// GVisor is what doctor found of gVisor's runsc.
+type GVisor struct {
+	Bin, Platform string
+	Err           error // nil when runsc is installed
 }
 
 // Audit is the state of the kernel audit subsystem as airlock sees it.
@@ -207,6 +217,13 @@ func Evaluate(f Facts) Report {
 		check("userns", false, f.UserNS.Error()+"; "+unpriv, fix)
 	}
 	r.Checks = append(r.Checks, apparmor)
+	// gVisor is a choice (--isolation gvisor), not part of a default run:
+	// its absence fails nothing.
+	if g := f.GVisor; g.Err == nil && g.Bin != "" {
+		check("gvisor", true, fmt.Sprintf("%s: --isolation gvisor runs on gVisor's %s platform (root only)", g.Bin, g.Platform), "")
+	} else if g.Err != nil {
+		check("gvisor", true, "--isolation gvisor is unavailable: "+g.Err.Error(), "")
+	}
 	switch {
 	case blocked != "":
 		layer("namespaces", Refused, blocked, "namespaces")

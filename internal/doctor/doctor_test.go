@@ -148,6 +148,7 @@ func TestRunUsesProbes(t *testing.T) {
 		CgroupWritable: func(dir string) error { writable = append(writable, dir); return nil },
 		Audit:          func() doctor.Audit { return doctor.Audit{Err: errors.New("netlink: permission denied")} },
 		IDMap:          func() error { t.Error("IDMap probed for a non-root caller"); return nil },
+		GVisor:         func() doctor.GVisor { return doctor.GVisor{Bin: "/opt/fake/runsc", Platform: "systrap"} },
 	}
 	r := doctor.Run(p)
 	if r.ExitCode() != 1 {
@@ -162,6 +163,11 @@ func TestRunUsesProbes(t *testing.T) {
 	}
 	if c := r.Checks[3]; c.Name != "apparmor" || !strings.Contains(c.Detail, "is 0") {
 		t.Errorf("checks[3] = %+v, want the apparmor check reporting the sysctl at 0", c)
+	}
+	if !slices.ContainsFunc(r.Checks, func(c doctor.Check) bool {
+		return c.Name == "gvisor" && c.OK && strings.Contains(c.Detail, "/opt/fake/runsc") && strings.Contains(c.Detail, "systrap")
+	}) {
+		t.Errorf("doctor does not report the gvisor probe's runsc and platform: %+v", r.Checks)
 	}
 	if r.Checks[0].Detail != "Linux 5.10.0" {
 		t.Errorf("kernel check detail = %q, want %q", r.Checks[0].Detail, "Linux 5.10.0")

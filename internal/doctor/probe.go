@@ -3,6 +3,7 @@ package doctor
 import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
+	"github.com/airlock-sandbox/airlock/internal/gvisor"
 )
 
 // Probes are the host inspections Run performs. Each nil field uses the
@@ -39,6 +40,8 @@ type Probes struct {
 	Audit func() Audit
 	// IDMap idmaps a detached mount of a temporary directory.
 	IDMap func() error
+	// GVisor finds runsc and the platform it would run on.
+	GVisor func() GVisor
 }
 
 // Gather runs the probes and returns what they found.
@@ -78,6 +81,7 @@ func Gather(p Probes) Facts {
 	if f.Root {
 		f.IDMap = p.IDMap()
 	}
+	f.GVisor = p.GVisor()
 	return f
 }
 
@@ -126,6 +130,12 @@ func (p Probes) withDefaults() Probes {
 	}
 	if p.IDMap == nil {
 		p.IDMap = probeIDMap
+	}
+	if p.GVisor == nil {
+		p.GVisor = func() GVisor {
+			bin, platform, err := gvisor.Find()
+			return GVisor{Bin: bin, Platform: platform, Err: err}
+		}
 	}
 	return p
 }

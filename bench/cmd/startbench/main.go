@@ -224,6 +224,10 @@ func contenders(ctx context.Context, work, airlockBin string) ([]*Contender, []s
 			"cannot be created): Landlock on the host's filesystem, seccomp with connect answered by the supervisor, no capabilities, " +
 			"a subreaper init, cgroup limits, rlimits, a scratch folder, deadline, output capture",
 		command: plain(airlockBin, "run", "--isolation", "landlock")})
+	cs = append(cs, &Contender{Name: "airlock-gvisor",
+		Equivalence: "airlock run --isolation gvisor with the default policy: airlock's OCI bundle under gVisor's runsc (platform as doctor says: " +
+			"ptrace on this host), with airlock's proxy, deadline, output capture and report around it",
+		command: plain(airlockBin, "run", "--isolation", "gvisor")})
 	for _, c := range cs {
 		if c.command == nil || c.Reason != "" {
 			continue

@@ -1,9 +1,12 @@
 package nsinit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -58,6 +62,17 @@ type LaunchInfo struct {
 	// launcher makes them inside the container's network namespace and
 	// sends them in a "listeners" message.
 	Proxy bool `json:"proxy"`
+	// RuntimeFlags go before the subcommand of every runtime invocation
+	// (runsc's --platform, --network=none, --host-uds=open).
+	RuntimeFlags []string `json:"runtime_flags,omitempty"`
+	// Sentry is set for a runtime whose container runs in a user-space
+	// kernel (gVisor's runsc): its network is the sentry's own (the
+	// container's pid 1 forwards the proxy's ports to the supervisor's
+	// unix sockets, so the launcher makes no listeners), the grants are
+	// the host folders themselves (there is no container mount namespace
+	// to open them through), and each exec is an attached `runsc exec`,
+	// whose exit status is the command's, killed with `runsc kill`.
+	Sentry bool `json:"sentry,omitempty"`
 }
 
 // launcherStageFD is the launcher's inherited stage fd.
@@ -96,6 +111,7 @@ func Launch() {
 type launcher struct {
 	runtime, state, bundle, id string
 	process                    json.RawMessage // the bundle's process, the template of every exec
+	info                       LaunchInfo
 
 	mu    sync.Mutex
 	execs map[int]*launched // guarded by mu: runtime exec pid -> its exec
@@ -152,7 +168,21 @@ func (l *launcher) setup(hide bool, stageDir, lowers string) error {
 		return fmt.Errorf("read the bundle's process: %v", err)
 	}
 	l.process = spec.Process
+	data, err = os.ReadFile(filepath.Join(l.bundle, LaunchFile))
+	if err == nil {
+		err = json.Unmarshal(data, &l.info)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", LaunchFile, err)
+	}
 	return nil
+}
+
+// argv is a runtime invocation: the binary, the runtime flags, --root and
+// the subcommand's arguments.
+func (l *launcher) argv(sub ...string) []string {
+	a := append([]string{l.runtime}, l.info.RuntimeFlags...)
+	return append(append(a, "--root", l.state), sub...)
 }
 
 // start runs `RUNTIME run --detach`: the container's idle pid 1 is up when
@@ -177,7 +207,7 @@ func (l *launcher) start() error {
 	ln := &launched{done: make(chan reaped, 1)}
 	l.mu.Lock() // held across the fork, so the reaper cannot see the exit first
 	pidFile := filepath.Join(l.state, "pause.pid")
-	pid, err := syscall.ForkExec(l.runtime, []string{l.runtime, "--root", l.state, "run", "--detach", "--pid-file", pidFile, "--bundle", l.bundle, l.id}, &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(l.runtime, l.argv("run", "--detach", "--pid-file", pidFile, "--bundle", l.bundle, l.id), &syscall.ProcAttr{
 		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		Files: []uintptr{null.Fd(), null.Fd(), logf.Fd()},
 	})
@@ -209,18 +239,16 @@ func (l *launcher) sendGrants(pidFile string) error {
 		return fmt.Errorf("read the container's pid: %w", err)
 	}
 	pid := strings.TrimSpace(string(b))
-	data, err := os.ReadFile(filepath.Join(l.bundle, LaunchFile))
-	if err != nil {
+	info := l.info
+	rootPath := "/proc/" + pid + "/root"
+	if info.Sentry {
+		// The sentry's network and files are its own: the container's pid
+		// 1 forwards the proxy, and the grants are the host folders.
+		rootPath = "/"
+	} else if err := containerNetwork(pid, info.Proxy); err != nil {
 		return err
 	}
-	var info LaunchInfo
-	if err := json.Unmarshal(data, &info); err != nil {
-		return fmt.Errorf("%s: %w", LaunchFile, err)
-	}
-	if err := containerNetwork(pid, info.Proxy); err != nil {
-		return err
-	}
-	root, err := unix.Open("/proc/"+pid+"/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	root, err := unix.Open(rootPath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the container's root: %w", err)
 	}
@@ -270,7 +298,9 @@ func (l *launcher) serve() {
 		case MsgExec:
 			l.exec(m, fds)
 		case MsgKill:
-			if m.Pid > 0 {
+			if m.Pid > 0 && l.info.Sentry {
+				l.sentryKill(m.Pid)
+			} else if m.Pid > 0 {
 				_ = unix.Kill(-m.Pid, unix.SIGKILL) // its process group, when it leads one
 				_ = unix.Kill(m.Pid, unix.SIGKILL)  // it may be gone already
 			}
@@ -313,7 +343,13 @@ func (l *launcher) exec(m Message, fds []int) {
 		return
 	}
 	ln := &launched{id: m.ID, pidFile: base + ".pid", done: make(chan reaped, 1)}
-	argv := []string{l.runtime, "--root", l.state, "exec", "--detach", "--process", base + ".json", "--pid-file", ln.pidFile, l.id}
+	argv := l.argv("exec", "--detach", "--process", base+".json", "--pid-file", ln.pidFile, l.id)
+	if l.info.Sentry {
+		// Attached: runsc hands the fds to the sentry and exits with the
+		// command's status; the pid the supervisor kills is the one
+		// inside the sandbox.
+		argv = l.argv("exec", "--process", base+".json", "--internal-pid-file", ln.pidFile, l.id)
+	}
 	l.mu.Lock() // held across the fork, so the reaper cannot see the exit first
 	pid, err := syscall.ForkExec(l.runtime, argv, &syscall.ProcAttr{
 		Env:   []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -328,7 +364,60 @@ func (l *launcher) exec(m Message, fds []int) {
 		fail(126, fmt.Sprintf("exec %s: start %s: %v", m.Argv[0], l.runtime, err))
 		return
 	}
+	if l.info.Sentry {
+		go l.reportAttached(ln)
+		return
+	}
 	go l.report(ln)
+}
+
+// reportAttached reports an attached `runsc exec`: started once the
+// sandbox's pid of the command is written, then the runtime's exit status,
+// which is the command's.
+func (l *launcher) reportAttached(ln *launched) {
+	started := false
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case st := <-ln.done:
+			if !started {
+				_ = Send(ControlFD, Message{Type: MsgStarted, ID: ln.id})
+			}
+			m := exitMessage(st.ws, nil)
+			m.ID = ln.id
+			_ = Send(ControlFD, m)
+			return
+		case <-tick.C:
+			if started {
+				continue
+			}
+			if b, err := os.ReadFile(ln.pidFile); err == nil && len(b) > 0 {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+					started = true
+					_ = Send(ControlFD, Message{Type: MsgStarted, ID: ln.id, Pid: pid})
+				}
+			}
+		}
+	}
+}
+
+// sentryKill kills the process with pid inside the sandbox (`runsc kill
+// --pid`) and waits for the runtime. What that process started keeps
+// running until the sandbox ends: runsc kills one pid, not its group.
+func (l *launcher) sentryKill(pid int) {
+	l.mu.Lock() // held across the fork, so the reaper cannot see the exit first
+	kp, err := syscall.ForkExec(l.runtime, l.argv("kill", "--pid", strconv.Itoa(pid), l.id, "KILL"), &syscall.ProcAttr{
+		Env: []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+	})
+	ln := &launched{done: make(chan reaped, 1)}
+	if err == nil {
+		l.execs[kp] = ln
+	}
+	l.mu.Unlock()
+	if err == nil {
+		<-ln.done
+	}
 }
 
 // report waits for the runtime to start the command, sends the command's
@@ -413,9 +502,21 @@ func (l *launcher) reap() {
 }
 
 // Pause is the idle pid 1 of an OCI container: it reaps the orphans of the
-// container's pid namespace until the container is killed.
+// container's pid namespace until the container is killed. With arguments
+// "forward HTTP_SOCK SOCKS_SOCK" (under gVisor, whose network is the
+// sentry's own) it also listens on the proxy's ports on the container's
+// loopback and relays each connection to the supervisor's unix socket for
+// that port, where the egress proxy decides it.
 func Pause() {
 	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
+	if len(os.Args) == 4 && os.Args[1] == "forward" {
+		for port, sock := range map[int]string{plan.HTTPProxyPort: os.Args[2], plan.SOCKSProxyPort: os.Args[3]} {
+			if err := forward(port, sock); err != nil {
+				fmt.Fprintf(os.Stderr, "airlock pause: %v\n", err)
+				os.Exit(125) // no proxy: the container ends rather than run without one
+			}
+		}
+	}
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, unix.SIGCHLD)
 	for {
@@ -445,4 +546,48 @@ func Dispatch() {
 	case BundleInitPath:
 		BundleInit()
 	}
+}
+
+// forward listens on 127.0.0.1:port and relays every connection to the
+// unix socket sock. Plain TCP: MPTCP is refused by the profile.
+func forward(port int, sock string) error {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("listen on the proxy's port %d: %w", port, err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go relay(c, sock)
+		}
+	}()
+	return nil
+}
+
+// relay copies c to and from a new connection to sock until both sides
+// are done.
+func relay(c net.Conn, sock string) {
+	defer c.Close()
+	up, err := net.Dial("unix", sock)
+	if err != nil {
+		return // the supervisor is gone: the client sees the connection close
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	<-done
 }
