@@ -165,23 +165,21 @@ func checkWritable(grants []string) error {
 			need = 0o3
 		}
 		if st.Mode&need != need {
-			return fmt.Errorf("fs_write %q (owner %d, mode %o) is not writable by the container's host uid, picked at random per run: under gVisor writes are made in place by that uid, so make it writable by others (chmod o+wx on a folder, o+w on a file; what the run creates is given back to the owner at the end), or use another isolation", g, st.Uid, st.Mode&0o7777)
+			return fmt.Errorf("fs_write %q (owner %d, mode %o) is not writable by the container's host uid, picked at random per run: under gVisor writes are made in place by that uid, so make it writable by others (chmod o+wx on a folder, o+w on a file; what the run creates is given to you at the end), or use another isolation", g, st.Uid, st.Mode&0o7777)
 		}
 	}
 	return nil
 }
 
 // chownBack gives what the container's host uid id created or changed in
-// the fs_write grants back to each grant's owner. It runs once the
-// container is dead; it never follows a symlink and never leaves a grant.
+// the fs_write grants to the caller, as the other backends leave it. It
+// runs once the container is dead; it never follows a symlink and never
+// leaves a grant.
 func chownBack(grants []string, id int) {
 	const most = 1 << 17
 	n := 0
+	uid, gid := os.Getuid(), os.Getgid()
 	for _, g := range grants {
-		var root unix.Stat_t
-		if unix.Lstat(g, &root) != nil {
-			continue
-		}
 		_ = filepath.WalkDir(g, func(p string, d os.DirEntry, err error) error {
 			if err != nil {
 				return nil
@@ -191,7 +189,7 @@ func chownBack(grants []string, id int) {
 			}
 			var st unix.Stat_t
 			if unix.Lstat(p, &st) == nil && int(st.Uid) == id {
-				_ = unix.Lchown(p, int(root.Uid), int(root.Gid))
+				_ = unix.Lchown(p, uid, gid)
 			}
 			return nil
 		})

@@ -94,8 +94,6 @@ func (o ociBackend) launch(b *box) (*control, error) {
 		if err := checkWritable(b.cfg.Policy.FSWrite()); err != nil {
 			return nil, err
 		}
-	} else if err := checkReadable(b.cfg.Policy.FSWrite(), uint32(id)); err != nil {
-		return nil, err
 	}
 	ociJanitor() // cheap: a long-lived supervisor (serve) cleans up after others on every OCI run
 	// The work directory carries the supervisor's pid and start time, so a
@@ -242,7 +240,7 @@ func (l *ociLaunch) startLauncher(initFile *os.File, stageFD int) (*control, err
 	}
 	child := os.NewFile(uintptr(pair[1]), "control")
 	defer child.Close()
-	lowers, lowerFiles, err := ociLowers(b.pl)
+	lowers, lowerFiles, err := ociLowers(b.pl, l.id)
 	if err != nil {
 		unix.Close(pair[0])
 		return nil, err
@@ -372,25 +370,4 @@ func ociJanitor() {
 			}
 		}
 	}
-}
-
-// checkReadable refuses an fs_write grant the container's host id cannot
-// read: the runtimes here have no idmapped binds, so ownership is real.
-// (Writes go to the stage, which belongs to the container.)
-func checkReadable(dirs []string, id uint32) error {
-	for _, d := range dirs {
-		var st unix.Stat_t
-		if err := unix.Stat(d, &st); err != nil {
-			return fmt.Errorf("fs_write %q: %w", d, err)
-		}
-		need := uint32(0o4)
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			need = 0o5
-		}
-		ok := (st.Uid == id && st.Mode>>6&need == need) || (st.Gid == id && st.Mode>>3&need == need) || st.Mode&need == need
-		if !ok {
-			return fmt.Errorf("fs_write %q is not readable by the container's host uid %d (owner %d, mode %o): isolation oci has no idmapped mounts; make it readable by others or use the default isolation", d, id, st.Uid, st.Mode&0o777)
-		}
-	}
-	return nil
 }

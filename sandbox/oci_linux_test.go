@@ -27,9 +27,6 @@ func TestIsolationOCI(t *testing.T) {
 		t.Run(rt.name, func(t *testing.T) {
 			airtest.RequireBinary(t, rt.bin)
 			tr := newTree(t)
-			if err := os.Chmod(tr.out, 0o1777); err != nil {
-				t.Fatal(err)
-			}
 			var allowedHits, deniedHits atomic.Int32
 			allowed := serve(t, &allowedHits, "hello from allowed")
 			denied := serve(t, &deniedHits, "nope")
@@ -277,5 +274,51 @@ func TestIsolationOCISession(t *testing.T) {
 func TestBundleInitPathAgrees(t *testing.T) {
 	if oci.InitPath != nsinit.BundleInitPath {
 		t.Fatalf("export/oci binds the init at %q, nsinit dispatches on %q", oci.InitPath, nsinit.BundleInitPath)
+	}
+}
+
+// TestIsolationOCIOwnership: under runc and crun a 0700 fs_write folder
+// of the caller's, with a 0600 file, needs no chmod: the sandbox appends to
+// the file run after run (before, the second run failed with EACCES: the
+// layer's files were unmapped inside), and what it writes belongs to the
+// caller.
+func TestIsolationOCIOwnership(t *testing.T) {
+	airtest.RequireRoot(t)
+	for _, rt := range []struct{ name, bin string }{{"runc", "/usr/sbin/runc"}, {"crun", "/usr/bin/crun"}} {
+		t.Run(rt.name, func(t *testing.T) {
+			airtest.RequireBinary(t, rt.bin)
+			out := filepath.Join(t.TempDir(), "out")
+			if err := os.Mkdir(out, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(out, "log.txt"), []byte("start\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p, err := policy.New(policy.Spec{FSWrite: []string{out}, Budget: budget.Limits{Wall: 30 * time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationOCI, Runtime: rt.name},
+					Args: []string{"/bin/sh", "-c", fmt.Sprintf("echo run%d >> %s/log.txt && echo new > %s/new%d.txt", i, out, out, i)}, CommandIsGranted: true}).Run(ctx)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantExit(t, rep, 0)
+			}
+			if b, _ := os.ReadFile(filepath.Join(out, "log.txt")); string(b) != "start\nrun0\nrun1\n" {
+				t.Fatalf("log.txt = %q", b)
+			}
+			for _, name := range []string{"log.txt", "new0.txt", "new1.txt"} {
+				fi, err := os.Stat(filepath.Join(out, name))
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+				} else if fuid(fi) != uint32(os.Getuid()) {
+					t.Errorf("%s belongs to uid %d; want the caller %d", name, fuid(fi), os.Getuid())
+				}
+			}
+		})
 	}
 }

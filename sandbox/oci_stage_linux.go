@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
+	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/plan"
 )
 
@@ -114,22 +117,48 @@ func copyInto(dir int, name, src string, id int) error {
 	return fout.Chown(id, id)
 }
 
-// ociLowers clones each staged folder read-only (open_tree(2), no symlink
-// followed) for the launcher to attach as its overlay's lower layer. It
-// returns the indices as the launcher's LOWERS argument.
-func ociLowers(pl *plan.Plan) (string, []*os.File, error) {
+// ociLowers clones the host folder of every staged fs_write folder, read-only,
+// for the overlays' lower layers, idmapped so that the grant's owner on disk
+// is the container's root (host uid id) inside: existing files stay
+// writable by the sandbox (through the overlay, copied up to the stage)
+// whatever their mode, as in airlock's own isolation, and nothing needs to
+// be made world-writable. It returns the stage indices, comma-separated
+// ("-" for none), and the clones in that order.
+func ociLowers(pl *plan.Plan, id int) (string, []*os.File, error) {
 	var idx []string
 	var files []*os.File
+	users := map[[2]uint32]int{} // the grant owner's uid and gid -> its idmap user namespace
+	defer func() {
+		for _, fd := range users {
+			unix.Close(fd)
+		}
+	}()
+	fail := func(err error) (string, []*os.File, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return "", nil, err
+	}
 	for _, m := range pl.Mounts {
 		if m.Kind != plan.KindOverlay {
 			continue
 		}
-		fd, err := mount.Clone(m, -1)
-		if err != nil {
-			for _, f := range files {
-				f.Close()
+		var st unix.Stat_t
+		if err := unix.Stat(m.Source, &st); err != nil {
+			return fail(fmt.Errorf("fs_write %s: %w", m.Source, err))
+		}
+		owner := [2]uint32{st.Uid, st.Gid}
+		ns, ok := users[owner]
+		if !ok {
+			var err error
+			if ns, err = idmapUserns(owner, id); err != nil {
+				return fail(err)
 			}
-			return "", nil, err
+			users[owner] = ns
+		}
+		fd, err := mount.Clone(m, ns)
+		if err != nil {
+			return fail(err)
 		}
 		idx = append(idx, strconv.Itoa(m.Stage))
 		files = append(files, os.NewFile(uintptr(fd), "lower"))
@@ -138,4 +167,26 @@ func ociLowers(pl *plan.Plan) (string, []*os.File, error) {
 		return "-", nil, nil
 	}
 	return strings.Join(idx, ","), files, nil
+}
+
+// idmapUserns returns a user namespace that maps the on-disk owner to
+// host id id (uid and gid), for an idmapped mount: a short-lived child is
+// made in it (the init binary's idle program) and killed once its
+// namespace is open.
+func idmapUserns(owner [2]uint32, id int) (int, error) {
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{nsinit.PauseArg0}, SysProcAttr: &syscall.SysProcAttr{
+		Cloneflags:  unix.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(owner[0]), HostID: id, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(owner[1]), HostID: id, Size: 1}},
+		Pdeathsig:   unix.SIGKILL,
+	}}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("user namespace for the idmapped fs_write layers: %w", err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the idmap user namespace: %w", err)
+	}
+	return fd, nil
 }

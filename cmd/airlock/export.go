@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/export/k8s"
 	"github.com/airlock-sandbox/airlock/export/oci"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -25,9 +26,19 @@ runtimes enforce. Nothing is started.
        Run it with: runc run --bundle DIR NAME
   k8s  DIR/airlock.yaml (NetworkPolicy, egress proxy, Pod) and the seccomp
        profile under DIR/seccomp/, to install below the kubelet's seccomp root.
+       The file defines every object it names except what its header lists:
+       --image (required; it must hold COMMAND and the allowed tools at the
+       paths printed), one --volume per fs_read/fs_write grant (an existing
+       PersistentVolumeClaim, or the image's own files for fs_read), the
+       RuntimeClass, the proxy image (packaging/egress-proxy builds the
+       default). DNS is closed: with net_hosts the Pod reaches the proxy by
+       --proxy-cluster-ip, or by name only with --proxy-dns (DNS is then a
+       channel out).
 
 example:
-  airlock export oci --policy examples/data-analysis.yaml --out bundle -- python3 job.py`
+  airlock export oci --policy examples/data-analysis.yaml --out bundle -- python3 job.py
+  airlock export k8s --policy examples/web-fetch.yaml --image registry.example/agent:1 \
+      --proxy-cluster-ip 10.96.0.50 --volume /work/out=claim:agent-work --out k8s -- python3 fetch.py`
 
 func cmdExport(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "oci" && args[0] != "k8s") {
@@ -44,10 +55,23 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	hostID := fs.Uint("host-id", oci.DefaultHostID, "oci: unprivileged host uid/gid that root inside maps to; fs_write grants must be writable by it")
 	ns := fs.String("namespace", "", "k8s: namespace of every object (default: kubectl's current one)")
 	name := fs.String("name", k8s.DefaultName, "k8s: Pod name, prefix of the other objects")
-	image := fs.String("image", k8s.DefaultImage, "k8s: image holding COMMAND and the allowed tools")
-	proxyImage := fs.String("proxy-image", k8s.DefaultProxyImage, "k8s: image running 'airlock egress-proxy'")
-	proxyIP := fs.String("proxy-cluster-ip", "", "k8s: fixed clusterIP for the proxy Service; then the Pod needs no DNS")
-	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `k8s: runtimeClassName; "" leaves it out (the cluster default, usually runc)`)
+	image := fs.String("image", "", "k8s: `IMAGE` holding COMMAND and the allowed tools at the paths the export prints (required: airlock cannot look inside remote images)")
+	proxyImage := fs.String("proxy-image", k8s.DefaultProxyImage, "k8s: image running 'airlock egress-proxy' (the default is what packaging/egress-proxy/README.md builds)")
+	proxyIP := fs.String("proxy-cluster-ip", "", "k8s: free `IP` of the cluster's Service range, pinned as the proxy Service's clusterIP; the Pod reaches the proxy there with DNS closed (needed with net_hosts unless --proxy-dns)")
+	proxyDNS := fs.Bool("proxy-dns", false, "k8s: let the cluster pick the proxy's address and allow the Pod DNS to kube-dns so the proxy's name resolves: DNS is a channel out (default: DNS closed)")
+	volumes := map[string]k8s.Volume{}
+	fs.Func("volume", "k8s: `PATH=claim:NAME` backs the fs_read/fs_write grant PATH with the existing PersistentVolumeClaim NAME; PATH=image says the image holds an fs_read grant (repeatable; every grant needs one)", func(s string) error {
+		p, v, err := k8s.ParseVolume(s)
+		if err != nil {
+			return err
+		}
+		if _, dup := volumes[p]; dup {
+			return fmt.Errorf("volume for %s given twice: give one per grant", p)
+		}
+		volumes[p] = v
+		return nil
+	})
+	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `k8s: runtimeClassName, a RuntimeClass the cluster defines; "" leaves it out (the cluster default, usually runc)`)
 	noInit := fs.Bool("no-init", false, "oci: leave COMMAND as the bundle's pid 1 (no signal forwarding, no reaping, no max_wall): for a caller that does all three itself")
 	if err := fs.Parse(args[1:]); err != nil {
 		return exitUsage
@@ -88,7 +112,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		return exportOCI(pl, p, dir, o, stdout, stderr, fail)
 	}
 	o := k8s.Options{Name: *name, Namespace: *ns, Image: *image, RuntimeClass: *rtClass, NoRuntimeClass: *rtClass == "",
-		ProxyImage: *proxyImage, ProxyClusterIP: *proxyIP, Arch: *arch}
+		ProxyImage: *proxyImage, ProxyClusterIP: *proxyIP, ProxyDNS: *proxyDNS, Volumes: volumes, Arch: *arch}
 	return exportK8s(pl, p, dir, o, stdout, fail)
 }
 
@@ -137,22 +161,15 @@ func exportK8s(pl *plan.Plan, p *policy.Policy, dir string, o k8s.Options, stdou
 	if err != nil {
 		return fail(err)
 	}
-	y, err := m.YAML()
-	if err != nil {
+	if err := m.Write(dir); err != nil {
 		return fail(err)
 	}
-	prof := filepath.Join(dir, "seccomp", filepath.FromSlash(m.SeccompPath))
-	if err := os.MkdirAll(filepath.Dir(prof), 0o755); err != nil {
-		return fail(err)
+	fmt.Fprintf(stdout, "wrote %s\nwrote %s\n", filepath.Join(dir, k8s.ManifestFile), filepath.Join(dir, k8s.SeccompDir, filepath.FromSlash(m.SeccompPath)))
+	b := []string{"before kubectl apply -f " + filepath.Join(dir, k8s.ManifestFile) + ", provide what it refers to outside itself:"}
+	for _, l := range m.Outside {
+		b = append(b, "  "+termtext.Escape(l, termtext.LineMax))
 	}
-	if err := os.WriteFile(prof, append(m.Seccomp, '\n'), 0o644); err != nil {
-		return fail(err)
-	}
-	manifest := filepath.Join(dir, "airlock.yaml")
-	if err := os.WriteFile(manifest, y, 0o644); err != nil {
-		return fail(err)
-	}
-	fmt.Fprintf(stdout, "wrote %s\nwrote %s (install it on every node as /var/lib/kubelet/seccomp/%s)\n", manifest, prof, m.SeccompPath)
+	fmt.Fprintln(stdout, strings.Join(b, "\n"))
 	return exitOK
 }
 

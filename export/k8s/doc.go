@@ -6,28 +6,54 @@
 // grants as volumes, and a NetworkPolicy under which the only way out is an
 // egress proxy that admits net_hosts.
 //
-// Export is pure: plan and policy in, API objects out. It is the only
-// package that imports the Kubernetes API types, and, like export/oci
-// (whose seccomp translation it reuses), it never imports sandbox or
-// internal/enforce/... itself. It stops a cluster deployment from running
-// the agent's code with more than the policy grants.
+// Export is pure: plan and policy in, API objects out (Manifests.Write
+// puts them in a folder). It is the only package that imports the
+// Kubernetes API types, and, like export/oci (whose seccomp translation it
+// reuses), it never imports sandbox or internal/enforce/... itself. It
+// stops a cluster deployment from running the agent's code with more than
+// the policy grants.
+//
+// # What the export defines and what it takes as parameters
+//
+// The objects refer to nothing outside the export except parameters the
+// caller names, which Manifests.Outside lists and the YAML header repeats:
+// the sandbox's image (Options.Image, required), the proxy's image
+// (Options.ProxyImage), the RuntimeClass (Options.RuntimeClass), one
+// PersistentVolumeClaim per claim-backed grant (Options.Volumes), the
+// proxy's clusterIP (Options.ProxyClusterIP) or kube-dns
+// (Options.ProxyDNS), and the seccomp profile installed on the nodes. The
+// Pod names no service account (the namespace's default, with its token
+// not mounted) and no Secret.
 //
 // # Mapping
 //
 //   - fs_read, fs_write: hostPath would hand the node's filesystem to the
-//     Pod, so each grant becomes a volume named after the path backed by a
-//     placeholder persistentVolumeClaim (claimName derived from the Pod
-//     name and the path) that the operator binds to real storage; fs_read
-//     volumes and mounts are readOnly.
+//     Pod, and a claim the export made itself would be empty, so each
+//     grant is backed as Options.Volumes says, and a grant without an
+//     entry is refused: "claim:NAME" mounts the existing
+//     PersistentVolumeClaim NAME at the grant's path (volume and mount
+//     readOnly for fs_read); "image" (fs_read only) says the image already
+//     holds the path, and nothing is mounted. A claim mounts a folder, so
+//     a grant of a single file must be granted as its folder or come from
+//     the image. When one grant lies inside another, the outer claim must
+//     already hold the inner grant's folder: a read-only mount cannot get
+//     a new mount point.
 //   - net_hosts: a NetworkPolicy denies all ingress and all egress except
-//     to the egress proxy's pods on its ports (plus cluster DNS, unless
-//     Options.ProxyClusterIP fixes the proxy's address: DNS is a channel
-//     out, so pin the address when you can). The proxy is a Deployment
-//     running `airlock egress-proxy --config /etc/airlock/policy.json`
-//     with the canonical policy JSON from a ConfigMap, behind a Service;
-//     HTTP_PROXY, HTTPS_PROXY and ALL_PROXY in the Pod name that Service.
-//     The image must contain the airlock binary (the subcommand is in
-//     cmd/airlock/egressproxy.go).
+//     to the egress proxy's pods on its ports. DNS is closed: the proxy
+//     resolves the names it admits, and a resolver the sandbox can query
+//     is a channel out. So the Pod reaches the proxy by address:
+//     Options.ProxyClusterIP pins the proxy Service's clusterIP, and
+//     HTTP_PROXY, HTTPS_PROXY and ALL_PROXY name it (network plugins
+//     apply the policy after the Service address is translated to the
+//     proxy pod's, so the egress rule to the proxy's pods admits it).
+//     Only Options.ProxyDNS
+//     instead lets the cluster pick the address, names the Service in
+//     those variables and allows DNS (UDP and TCP 53) to kube-dns in
+//     kube-system. With net_hosts one of the two is required. The proxy
+//     is a Deployment running `airlock egress-proxy --config
+//     /etc/airlock/policy.json` with the canonical policy JSON from a
+//     ConfigMap, behind a Service; its image (DefaultProxyImage, built
+//     from packaging/egress-proxy) must have airlock on its PATH.
 //     Without net_hosts there is no proxy and no egress at all.
 //   - budget: max_memory is the memory request and limit; max_scratch is
 //     the size of the memory-backed /tmp emptyDir and the
@@ -37,12 +63,15 @@
 //     running flat out until the deadline uses at most max_cpu. max_pids,
 //     max_output_bytes and max_ops have no Pod field (set the kubelet's
 //     podPidsLimit; the proxy counts ops).
-//   - allowed_tools: the image decides what exists; the command is the
-//     plan's argv, resolved on the exporting host, so the image must have
-//     it at the same path.
+//   - allowed_tools: the image decides what exists, and nothing in a Pod
+//     stops the command from running anything else the image holds: use
+//     an image with only the tools. The command is the plan's argv,
+//     resolved on the exporting host, so the image must hold it and the
+//     tools at the same paths (Manifests.ImagePaths). airlock cannot look
+//     inside a remote image, so Image has no default.
 //   - seccomp: the profile file (Manifests.Seccomp) must be installed on
 //     every node under the kubelet's seccomp root (by default
-//     /var/lib/kubelet/seccomp/) at Manifests.SeccompPath. runsc applies
-//     it only with --oci-seccomp; gVisor's own kernel is the stronger
-//     layer there.
+//     /var/lib/kubelet/seccomp/) at Manifests.SeccompPath; Write puts it
+//     at SeccompDir/SeccompPath. runsc applies it only with
+//     --oci-seccomp; gVisor's own kernel is the stronger layer there.
 package k8s

@@ -5,13 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-sandbox/airlock/export/oci"
@@ -19,11 +24,16 @@ import (
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
-// Defaults for Options fields left empty.
+// Defaults for Options fields left empty. There is no default for the
+// sandbox's image: airlock cannot look inside a remote image, so it could
+// not tell whether a default holds the command.
 const (
-	DefaultName         = "airlock-sandbox"
-	DefaultImage        = "docker.io/library/debian:bookworm-slim"
-	DefaultProxyImage   = "ghcr.io/airlock-sandbox/airlock:latest"
+	DefaultName = "airlock-sandbox"
+	// DefaultProxyImage is the tag that packaging/egress-proxy/README.md's
+	// commands build (podman names a local build localhost/NAME:latest).
+	// Push it to a registry the cluster pulls from, or load it into the
+	// nodes (the Deployment pulls IfNotPresent), or set ProxyImage.
+	DefaultProxyImage   = "localhost/airlock-egress-proxy:latest"
 	DefaultRuntimeClass = "gvisor"
 )
 
@@ -31,8 +41,9 @@ const (
 // "nonroot" user of distroless images.
 const SandboxUID = 65532
 
-// Options configures Export. The zero value exports a Pod named
-// DefaultName in the current namespace, on DefaultImage, under gVisor.
+// Options configures Export. The zero value is refused: Image is required,
+// and so are Volumes for a policy with fs_read or fs_write grants and
+// ProxyClusterIP (or ProxyDNS) for one with net_hosts.
 type Options struct {
 	// Name names the Pod and prefixes the other objects. Empty means
 	// DefaultName. It must be a DNS-1123 label of at most 50 characters.
@@ -42,23 +53,41 @@ type Options struct {
 	// current namespace).
 	Namespace string
 
-	// Image runs the command; it must contain the command at the plan's
-	// path and the allowed tools. Empty means DefaultImage.
+	// Image runs the command. It must hold the plan's command and allowed
+	// tools at the plan's paths (Manifests.ImagePaths; they were resolved
+	// on the exporting host). Required: there is no default.
 	Image string
 
-	// RuntimeClass is the Pod's runtimeClassName. Empty means
-	// DefaultRuntimeClass; NoRuntimeClass leaves the field out (the
-	// cluster's default runtime, usually runc: weaker isolation).
+	// RuntimeClass is the Pod's runtimeClassName, a RuntimeClass the
+	// cluster must define. Empty means DefaultRuntimeClass; NoRuntimeClass
+	// leaves the field out (the cluster's default runtime, usually runc:
+	// weaker isolation).
 	RuntimeClass   string
 	NoRuntimeClass bool
 
-	// ProxyImage runs the egress proxy. Empty means DefaultProxyImage.
+	// ProxyImage runs the egress proxy: `airlock egress-proxy` must be on
+	// its PATH. Empty means DefaultProxyImage.
 	ProxyImage string
 
-	// ProxyClusterIP pins the proxy Service's clusterIP; HTTP_PROXY then
-	// names the address and the NetworkPolicy allows no DNS. Empty lets
-	// the cluster pick and allows DNS to kube-dns so the name resolves.
+	// ProxyClusterIP pins the proxy Service's clusterIP (a free address in
+	// the cluster's Service range), and HTTP_PROXY, HTTPS_PROXY and
+	// ALL_PROXY name that address, so the Pod reaches the proxy with DNS
+	// closed. Required when the policy grants net_hosts, unless ProxyDNS.
 	ProxyClusterIP string
+
+	// ProxyDNS lets the cluster pick the proxy's address instead: the
+	// proxy variables name the Service, and the sandbox's NetworkPolicy
+	// allows DNS (UDP and TCP 53) to kube-dns in kube-system so the name
+	// resolves. DNS is a channel out: any name the code looks up reaches
+	// the cluster resolver and, for names outside the cluster, the
+	// internet. False keeps DNS closed. It excludes ProxyClusterIP.
+	ProxyDNS bool
+
+	// Volumes backs the policy's fs_read and fs_write grants, keyed by the
+	// grant's path as the plan has it (absolute; `airlock explain` prints
+	// it). Every grant needs an entry and every entry must be a grant.
+	// Nil suits only a policy without such grants.
+	Volumes map[string]Volume
 
 	// Arch is the GOARCH the seccomp profile is written for. Empty means
 	// the architecture this binary was built for.
@@ -79,6 +108,16 @@ type Manifests struct {
 	// and SeccompPath where it goes below the kubelet's seccomp root.
 	Seccomp     []byte
 	SeccompPath string
+
+	// ImagePaths are the executables Options.Image must hold: the command,
+	// then the allowed tools, at the paths the Pod runs them by.
+	ImagePaths []string
+
+	// Outside lists, one line each, what the objects refer to that the
+	// export does not define: images, the RuntimeClass, claims, the
+	// proxy's clusterIP or DNS, the seccomp profile on the nodes. YAML
+	// writes it into its header.
+	Outside []string
 }
 
 // Export builds the manifests for a compiled plan and the policy it came
@@ -88,7 +127,7 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if pl == nil || p == nil {
 		return nil, errors.New("k8s: export: plan and policy are required")
 	}
-	o, err := opts.withDefaults()
+	o, err := opts.withDefaults(pl)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +135,7 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s: export: %w", err)
 	}
-	m := &Manifests{SeccompPath: "airlock/" + o.Name + ".json"}
+	m := &Manifests{SeccompPath: "airlock/" + o.Name + ".json", ImagePaths: slices.Clone(pl.Tools)}
 	if m.Seccomp, err = json.MarshalIndent(sc, "", "  "); err != nil {
 		return nil, fmt.Errorf("k8s: export: seccomp: %w", err)
 	}
@@ -111,10 +150,11 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if m.Pod, err = pod(o, pl, m.SeccompPath); err != nil {
 		return nil, err
 	}
+	m.Outside = outside(o, m)
 	return m, nil
 }
 
-func (o Options) withDefaults() (Options, error) {
+func (o Options) withDefaults(pl *plan.Plan) (Options, error) {
 	if o.Name == "" {
 		o.Name = DefaultName
 	}
@@ -125,15 +165,69 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("k8s: export: namespace %q is not a DNS-1123 label", o.Namespace)
 	}
 	if o.Image == "" {
-		o.Image = DefaultImage
+		return o, fmt.Errorf("k8s: export: no image for the sandbox: name one that holds %s (--image); airlock cannot look inside remote images, so it has no default", strings.Join(pl.Tools, ", "))
 	}
 	if o.ProxyImage == "" {
 		o.ProxyImage = DefaultProxyImage
 	}
+	for _, img := range []string{o.Image, o.ProxyImage} {
+		if strings.ContainsFunc(img, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) {
+			return o, fmt.Errorf("k8s: export: image %q: an image reference holds no spaces or control characters", img)
+		}
+	}
 	if o.RuntimeClass == "" {
 		o.RuntimeClass = DefaultRuntimeClass
 	}
+	if errs := validation.IsDNS1123Subdomain(o.RuntimeClass); !o.NoRuntimeClass && len(errs) > 0 {
+		return o, fmt.Errorf("k8s: export: runtime class %q: %s", o.RuntimeClass, strings.Join(errs, "; "))
+	}
+	if o.ProxyClusterIP != "" {
+		a, err := netip.ParseAddr(o.ProxyClusterIP)
+		if err != nil || a.Zone() != "" || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() {
+			return o, fmt.Errorf("k8s: export: proxy clusterIP %q: give a free unicast address of the cluster's Service range (--proxy-cluster-ip)", o.ProxyClusterIP)
+		}
+		o.ProxyClusterIP = a.Unmap().String()
+		if o.ProxyDNS {
+			return o, errors.New("k8s: export: a pinned proxy clusterIP and proxy DNS exclude each other: with --proxy-cluster-ip the Pod needs no DNS, so drop --proxy-dns")
+		}
+	}
+	if pl.Proxy && o.ProxyClusterIP == "" && !o.ProxyDNS {
+		return o, errors.New("k8s: export: the policy grants net_hosts, and with DNS closed the Pod reaches the egress proxy only by address: " +
+			"pin the proxy Service's clusterIP to a free address of the cluster's Service range (--proxy-cluster-ip), " +
+			"or let the Pod look the Service up through kube-dns (--proxy-dns; DNS is then a channel out)")
+	}
 	return o, nil
+}
+
+// outside lists what the export refers to and does not define.
+func outside(o Options, m *Manifests) []string {
+	out := []string{fmt.Sprintf("image %s (--image): must hold the command and allowed_tools at %s", o.Image, strings.Join(m.ImagePaths, ", "))}
+	if m.Proxy != nil {
+		out = append(out, fmt.Sprintf("image %s (--proxy-image): runs `airlock egress-proxy`; build it as packaging/egress-proxy/README.md says", o.ProxyImage))
+	}
+	if !o.NoRuntimeClass {
+		out = append(out, fmt.Sprintf("RuntimeClass %s (--runtime-class): must exist in the cluster", o.RuntimeClass))
+	}
+	claims := map[string]*corev1.PersistentVolumeClaimVolumeSource{}
+	for _, v := range m.Pod.Spec.Volumes {
+		claims[v.Name] = v.PersistentVolumeClaim
+	}
+	for _, mt := range m.Pod.Spec.Containers[0].VolumeMounts {
+		if c := claims[mt.Name]; c != nil {
+			mode := "read-write"
+			if c.ReadOnly {
+				mode = "read-only"
+			}
+			out = append(out, fmt.Sprintf("PersistentVolumeClaim %s (--volume %s=claim:%s): must exist in the namespace; mounted %s at %s", c.ClaimName, mt.MountPath, c.ClaimName, mode, mt.MountPath))
+		}
+	}
+	switch {
+	case m.Proxy != nil && o.ProxyDNS:
+		out = append(out, "DNS (--proxy-dns): the Pod may query kube-dns in kube-system, whose pods must carry k8s-app=kube-dns")
+	case m.Proxy != nil:
+		out = append(out, fmt.Sprintf("clusterIP %s (--proxy-cluster-ip): must be free in the cluster's Service range", o.ProxyClusterIP))
+	}
+	return append(out, fmt.Sprintf("seccomp profile %s/%s: install it on every node as <kubelet seccomp root>/%s (default root /var/lib/kubelet/seccomp) before the Pod is scheduled", SeccompDir, m.SeccompPath, m.SeccompPath))
 }
 
 // isLabel reports whether s is a DNS-1123 label (RFC 1123, at most 63).
@@ -161,14 +255,16 @@ func (m *Manifests) Objects() []runtime.Object {
 }
 
 // YAML renders Objects as one multi-document YAML stream, with a header
-// saying where the seccomp profile must go.
+// listing Outside: what must exist before the objects are applied.
 func (m *Manifests) YAML() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Generated by airlock export k8s. Apply in this order.\n")
-	fmt.Fprintf(&b, "# Install the seccomp profile on every node as <kubelet seccomp root>/%s\n", m.SeccompPath)
-	b.WriteString("# (default root /var/lib/kubelet/seccomp) before the Pod is scheduled.\n")
-	if m.Proxy != nil {
-		b.WriteString("# The proxy Deployment runs `airlock egress-proxy`: its image must contain the airlock binary.\n")
+	b.WriteString("# The objects refer to nothing outside this file but these parameters:\n")
+	for _, l := range m.Outside {
+		if strings.ContainsFunc(l, unicode.IsControl) {
+			l = strconv.Quote(l) // a grant path with a newline must not end the comment
+		}
+		fmt.Fprintf(&b, "#   %s\n", l)
 	}
 	for _, obj := range m.Objects() {
 		y, err := yaml.Marshal(obj)
@@ -193,26 +289,4 @@ func labels(o Options, component string) map[string]string {
 		"app.kubernetes.io/component":  component,
 		"app.kubernetes.io/managed-by": "airlock-export",
 	}
-}
-
-// volumeName derives a DNS-1123 label from a grant path: prefix, then the
-// path's letters and digits joined by '-', cut to fit.
-func volumeName(prefix, path string) string {
-	var b strings.Builder
-	b.WriteString(prefix)
-	dash := true
-	for _, c := range strings.ToLower(path) {
-		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') {
-			b.WriteRune(c)
-			dash = false
-		} else if !dash {
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	s := strings.TrimRight(b.String(), "-")
-	if len(s) > 40 {
-		s = strings.TrimRight(s[:40], "-")
-	}
-	return s
 }

@@ -33,6 +33,8 @@ func (fakeHost) Lstat(p string) (bool, bool, string, error) {
 	switch p {
 	case "/usr/lib", "/usr/lib64", "/etc/ssl":
 		return true, true, "", nil
+	case "/data/in.csv", "/data/out.csv":
+		return true, false, "", nil
 	}
 	return false, false, "", nil
 }
@@ -72,14 +74,27 @@ var fullSpec = policy.Spec{
 	AllowedTools: []string{"python3"}, Env: []string{"MPLBACKEND=Agg"},
 }
 
+// The images and claims the cases name: parameters, not objects of the
+// export.
+const (
+	testImage = "registry.example/agent:1"
+	dataClaim = "agent-data"
+	outClaim  = "agent-out"
+)
+
+var claims = map[string]k8s.Volume{"/data": {Claim: dataClaim}, "/data/out": {Claim: outClaim}}
+
 var cases = []struct {
 	name string
 	spec policy.Spec
 	opts k8s.Options
 }{
-	{"full", fullSpec, k8s.Options{Name: "job-1", Namespace: "agents"}},
-	{"pinned-proxy", fullSpec, k8s.Options{Name: "job-2", ProxyClusterIP: "10.96.0.50", NoRuntimeClass: true}},
-	{"no-network", policy.Spec{FSRead: []string{"/data"}, AllowedTools: []string{"python3"}}, k8s.Options{}},
+	{"full", fullSpec, k8s.Options{Name: "job-1", Namespace: "agents", Image: testImage, ProxyClusterIP: "10.96.0.40", Volumes: claims}},
+	{"pinned-proxy", fullSpec, k8s.Options{Name: "job-2", Image: testImage, ProxyClusterIP: "10.96.0.50", NoRuntimeClass: true,
+		Volumes: map[string]k8s.Volume{"/data": {Image: true}, "/data/out": {Claim: outClaim}}}},
+	{"proxy-dns", fullSpec, k8s.Options{Name: "job-3", Namespace: "agents", Image: testImage, ProxyDNS: true, RuntimeClass: "kata", Volumes: claims}},
+	{"no-network", policy.Spec{FSRead: []string{"/data"}, AllowedTools: []string{"python3"}}, k8s.Options{Image: testImage,
+		Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}}}},
 }
 
 func TestExportGolden(t *testing.T) {
@@ -159,7 +174,7 @@ func TestExportDecodesAndHoldsTogether(t *testing.T) {
 			if !bytes.HasSuffix(bytes.TrimSpace(y), []byte("status: {}")) || !strings.Contains(string(y[bytes.LastIndex(y, []byte("\n---\n")):]), "kind: Pod") {
 				t.Error("the Pod is not the last document: it could start before its NetworkPolicy")
 			}
-			for _, msg := range validate(d, len(tt.spec.NetHosts) > 0) {
+			for _, msg := range validate(d, len(tt.spec.NetHosts) > 0, tt.opts.ProxyDNS) {
 				t.Error(msg)
 			}
 			var sc specs.LinuxSeccomp
@@ -180,24 +195,68 @@ func TestExportDecodesAndHoldsTogether(t *testing.T) {
 }
 
 func TestExportRefusals(t *testing.T) {
-	p := policy.Default()
-	pl, err := plan.Compile(p, plan.Request{Argv: []string{"python3"}, CommandIsGranted: true}, fakeHost{})
+	net := policy.Spec{NetHosts: []string{"pypi.org"}, AllowedTools: []string{"python3"}}
+	readFile := policy.Spec{FSRead: []string{"/data/in.csv"}, AllowedTools: []string{"python3"}}
+	writeFile := policy.Spec{FSWrite: []string{"/data/out.csv"}, AllowedTools: []string{"python3"}}
+	for _, tt := range []struct {
+		name string
+		spec policy.Spec
+		opts k8s.Options
+		want string // in the error
+	}{
+		{"uppercase-name", policy.Spec{}, k8s.Options{Name: "Job", Image: testImage}, `name "Job"`},
+		{"long-name", policy.Spec{}, k8s.Options{Name: strings.Repeat("a", 51), Image: testImage}, "use at most 50"},
+		{"bad-namespace", policy.Spec{}, k8s.Options{Namespace: "a_b", Image: testImage}, `namespace "a_b"`},
+		{"bad-arch", policy.Spec{}, k8s.Options{Arch: "mips", Image: testImage}, `architecture "mips"`},
+		{"no-image", policy.Spec{}, k8s.Options{}, "no image for the sandbox: name one that holds /usr/bin/python3"},
+		{"image-with-newline", policy.Spec{}, k8s.Options{Image: "x\nkind: Secret"}, `image "x\nkind: Secret"`},
+		{"proxy-image-with-space", net, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", ProxyImage: "a b"}, `image "a b"`},
+		{"bad-runtime-class", policy.Spec{}, k8s.Options{Image: testImage, RuntimeClass: "G Visor"}, `runtime class "G Visor"`},
+		{"net-without-address", net, k8s.Options{Image: testImage}, "reaches the egress proxy only by address"},
+		{"clusterip-and-dns", net, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", ProxyDNS: true}, "exclude each other"},
+		{"clusterip-not-an-ip", net, k8s.Options{Image: testImage, ProxyClusterIP: "proxy.example"}, `proxy clusterIP "proxy.example"`},
+		{"clusterip-none", net, k8s.Options{Image: testImage, ProxyClusterIP: "None"}, `proxy clusterIP "None"`},
+		{"clusterip-unspecified", net, k8s.Options{Image: testImage, ProxyClusterIP: "0.0.0.0"}, `proxy clusterIP "0.0.0.0"`},
+		{"grant-without-volume", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}}}, "fs_write grant /data/out has no volume"},
+		{"grant-zero-volume", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}, "/data/out": {}}}, "fs_write grant /data/out has no volume"},
+		{"write-from-image", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Image: true}, "/data/out": {Image: true}}}, "fs_write grant /data/out cannot come from the image"},
+		{"claim-and-image", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim, Image: true}, "/data/out": {Claim: outClaim}}}, "a claim or the image, not both"},
+		{"volume-for-no-grant", policy.Spec{}, k8s.Options{Image: testImage, Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}}}, `volume for "/data": the policy grants no fs_read or fs_write`},
+		{"claim-for-a-written-file", writeFile, k8s.Options{Image: testImage, Volumes: map[string]k8s.Volume{"/data/out.csv": {Claim: outClaim}}}, "fs_write grant /data/out.csv is a file"},
+		{"claim-for-a-read-file", readFile, k8s.Options{Image: testImage, Volumes: map[string]k8s.Volume{"/data/in.csv": {Claim: dataClaim}}}, "fs_read grant /data/in.csv is a file"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := policy.New(tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl, err := plan.Compile(p, plan.Request{Argv: []string{"python3"}, CommandIsGranted: true}, fakeHost{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := k8s.Export(pl, p, tt.opts); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Export(%+v) = %v, want an error saying %q", tt.opts, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestYAMLHeaderStaysComment: a header line that holds a newline (a grant
+// path may) stays one comment line and adds no object to the stream.
+func TestYAMLHeaderStaysComment(t *testing.T) {
+	m := exportFor(t, cases[3].spec, cases[3].opts)
+	m.Outside = append(m.Outside, "PersistentVolumeClaim x at /data/a\n---\nkind: Secret")
+	y, err := m.YAML()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct {
-		name string
-		opts k8s.Options
-	}{
-		{"uppercase-name", k8s.Options{Name: "Job"}},
-		{"long-name", k8s.Options{Name: strings.Repeat("a", 51)}},
-		{"bad-namespace", k8s.Options{Namespace: "a_b"}},
-		{"bad-arch", k8s.Options{Arch: "mips"}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if m, err := k8s.Export(pl, p, tt.opts); err == nil {
-				t.Fatalf("Export(%+v) = %+v, want an error", tt.opts, m)
-			}
-		})
+	header, _, _ := bytes.Cut(y, []byte("\n---\n"))
+	for _, l := range strings.Split(string(header), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			t.Errorf("header line %q is not a comment", l)
+		}
+	}
+	if d := decodeStrict(t, y); len(d.pods) != 1 || len(d.policies) != 1 {
+		t.Errorf("the stream holds %d pods and %d policies, want the export's 1 and 1", len(d.pods), len(d.policies))
 	}
 }

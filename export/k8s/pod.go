@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -30,24 +31,11 @@ func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
 
 	vols := []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: scratch}}}}
 	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
-	seen := map[string]bool{"tmp": true}
-	for _, m := range pl.Mounts {
-		if !m.Grant() {
-			continue
-		}
-		prefix := "read-"
-		if m.Writable {
-			prefix = "write-"
-		}
-		name := volumeName(prefix, m.Target)
-		for i := 2; seen[name]; i++ {
-			name = volumeName(prefix, m.Target) + "-" + strconv.Itoa(i)
-		}
-		seen[name] = true
-		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
-			ClaimName: o.Name + "-" + name, ReadOnly: !m.Writable}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: m.Target, ReadOnly: !m.Writable})
+	gv, gm, err := grantVolumes(pl, o.Volumes)
+	if err != nil {
+		return nil, err
 	}
+	vols, mounts = append(vols, gv...), append(mounts, gm...)
 
 	var env []corev1.EnvVar
 	for _, e := range pl.Env {
@@ -102,7 +90,8 @@ func runtimeClass(o Options) *string {
 	return &o.RuntimeClass
 }
 
-// proxyHost is how the Pod reaches the proxy Service.
+// proxyHost is how the Pod reaches the proxy Service: its pinned
+// clusterIP (no DNS needed), else its name (ProxyDNS).
 func proxyHost(o Options) string {
 	switch {
 	case o.ProxyClusterIP != "":
@@ -117,7 +106,7 @@ func proxyHost(o Options) string {
 // proxy Service.
 func proxyValue(o Options, v string) string {
 	for _, port := range []int{plan.HTTPProxyPort, plan.SOCKSProxyPort} {
-		v = strings.ReplaceAll(v, "127.0.0.1:"+strconv.Itoa(port), proxyHost(o)+":"+strconv.Itoa(port))
+		v = strings.ReplaceAll(v, "127.0.0.1:"+strconv.Itoa(port), net.JoinHostPort(proxyHost(o), strconv.Itoa(port)))
 	}
 	return v
 }

@@ -21,6 +21,14 @@ var proxyPorts = []struct {
 // holds the canonical policy JSON the proxy admits by.
 const PolicyKey = "policy.json"
 
+// proxyCommand is the proxy container's command: the proxy image must
+// have airlock on its PATH (packaging/egress-proxy/Containerfile puts it
+// in /usr/local/bin), and the policy is the ConfigMap mounted at
+// /etc/airlock.
+func proxyCommand() []string {
+	return []string{"airlock", "egress-proxy", "--config", "/etc/airlock/" + PolicyKey}
+}
+
 func proxyName(o Options) string { return o.Name + "-egress" }
 
 func proxyObjects(o Options, policyJSON string) (*corev1.ConfigMap, *appsv1.Deployment, *corev1.Service, *networkingv1.NetworkPolicy) {
@@ -57,10 +65,13 @@ func proxyObjects(o Options, policyJSON string) (*corev1.ConfigMap, *appsv1.Depl
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					Containers: []corev1.Container{{
-						Name:    "proxy",
-						Image:   o.ProxyImage,
-						Command: []string{"airlock", "egress-proxy", "--config", "/etc/airlock/" + PolicyKey},
-						Ports:   cports,
+						Name:  "proxy",
+						Image: o.ProxyImage,
+						// A tag loaded into the nodes (kind load, ctr import)
+						// runs without a registry; :latest would default to Always.
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:         proxyCommand(),
+						Ports:           cports,
 						SecurityContext: &corev1.SecurityContext{
 							Privileged: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -106,7 +117,9 @@ func policyPorts() []networkingv1.NetworkPolicyPort {
 }
 
 // sandboxPolicy fences the sandbox Pod: no ingress; egress only to the
-// proxy (and cluster DNS when the proxy's address is a name), or none.
+// proxy's pods on its ports, or none. DNS stays closed (the proxy
+// resolves the names it admits) unless Options.ProxyDNS opens it to
+// kube-dns so the proxy's Service name resolves.
 func sandboxPolicy(o Options, proxy bool) *networkingv1.NetworkPolicy {
 	lbl := labels(o, "sandbox")
 	np := &networkingv1.NetworkPolicy{
@@ -124,7 +137,7 @@ func sandboxPolicy(o Options, proxy bool) *networkingv1.NetworkPolicy {
 		To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: labels(o, "egress-proxy")}}},
 		Ports: policyPorts(),
 	}}
-	if o.ProxyClusterIP == "" {
+	if o.ProxyDNS {
 		np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{
 			To: []networkingv1.NetworkPolicyPeer{{
 				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},

@@ -8,11 +8,11 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/airlock-sandbox/airlock/export/k8s"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -23,8 +23,9 @@ func selects(sel *metav1.LabelSelector, l map[string]string) bool {
 }
 
 // validate checks what the API server would not: that the objects fit
-// together (selectors, ports, names) and that the Pod is locked down.
-func validate(d decoded, net bool) []string {
+// together (selectors, ports, names) and that the Pod is locked down. dns
+// says the export was asked to open DNS to kube-dns (Options.ProxyDNS).
+func validate(d decoded, net, dns bool) []string {
 	var bad []string
 	errf := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
 	pod := d.pods[0]
@@ -110,12 +111,18 @@ func validate(d decoded, net bool) []string {
 					if peer.IPBlock != nil || peer.PodSelector == nil {
 						errf("networkpolicy %s: egress peer %+v is not a pod selector", np.Name, peer)
 					}
-					dns := peer.NamespaceSelector != nil && peer.PodSelector.MatchLabels["k8s-app"] == "kube-dns"
-					if !dns && (len(d.deps) != 1 || !selects(peer.PodSelector, d.deps[0].Spec.Template.Labels)) {
+					kubeDNS := peer.NamespaceSelector != nil && peer.PodSelector.MatchLabels["k8s-app"] == "kube-dns"
+					if kubeDNS && !dns {
+						errf("networkpolicy %s: egress to kube-dns without ProxyDNS", np.Name)
+					}
+					if !kubeDNS && (peer.NamespaceSelector != nil || len(d.deps) != 1 || !selects(peer.PodSelector, d.deps[0].Spec.Template.Labels)) {
 						errf("networkpolicy %s: egress peer %+v is not the proxy", np.Name, peer)
 					}
+					if len(rule.Ports) == 0 {
+						errf("networkpolicy %s: an egress rule to %+v allows every port", np.Name, peer)
+					}
 					for _, p := range rule.Ports {
-						if !dns && !hasServicePort(d, p.Port.IntValue()) {
+						if !kubeDNS && !hasServicePort(d, p.Port.IntValue()) {
 							errf("networkpolicy %s: egress port %v is not a proxy Service port", np.Name, p.Port)
 						}
 					}
@@ -186,7 +193,8 @@ func validate(d decoded, net bool) []string {
 		}
 		port, _ := strconv.Atoi(u.Port())
 		host := u.Hostname()
-		if !hasServicePort(d, port) || (host != svc.Spec.ClusterIP && host != svc.Name && host != svc.Name+"."+svc.Namespace+".svc") {
+		byName := dns && (host == svc.Name || host == svc.Name+"."+svc.Namespace+".svc")
+		if !hasServicePort(d, port) || (host != svc.Spec.ClusterIP && !byName) || host == "" {
 			errf("env %s=%s does not name the proxy Service %s", e.Name, e.Value, svc.Name)
 		}
 	}
@@ -245,20 +253,26 @@ func TestValidateCatches(t *testing.T) {
 		}},
 		{"proxy-port-mismatch", func(d decoded) { d.deps[0].Spec.Template.Spec.Containers[0].Ports[0].ContainerPort = 8080 }},
 		{"env-elsewhere", func(d decoded) { d.pods[0].Spec.Containers[0].Env[6].Value = "http://evil.example:3128" }},
+		{"env-by-name-without-dns", func(d decoded) { d.pods[0].Spec.Containers[0].Env[6].Value = "http://job-1-egress.agents.svc:3128" }},
+		{"dns-without-flag", func(d decoded) {
+			d.policies[0].Spec.Egress = append(d.policies[0].Spec.Egress, networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}}}})
+		}},
+		{"egress-every-port", func(d decoded) { d.policies[0].Spec.Egress[0].Ports = nil }},
 	}
 	for _, tt := range breaks {
 		t.Run(tt.name, func(t *testing.T) {
-			m := exportFor(t, fullSpec, k8s.Options{Name: "job-1", Namespace: "agents"})
+			m := exportFor(t, fullSpec, cases[0].opts)
 			y, err := m.YAML()
 			if err != nil {
 				t.Fatal(err)
 			}
 			d := decodeStrict(t, y)
-			if msgs := validate(d, true); len(msgs) != 0 {
+			if msgs := validate(d, true, false); len(msgs) != 0 {
 				t.Fatalf("the unbroken export fails validation: %v", msgs)
 			}
 			tt.mutate(d)
-			if msgs := validate(d, true); len(msgs) == 0 {
+			if msgs := validate(d, true, false); len(msgs) == 0 {
 				t.Errorf("validate accepts the export with %s broken", tt.name)
 			}
 		})
