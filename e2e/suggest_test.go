@@ -137,7 +137,9 @@ func TestSuggestionsApply(t *testing.T) {
 
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello from the host") }))
 	defer web.Close()
-	webHP := strings.TrimPrefix(web.URL, "http://")
+	// The host's loopback, by the name the sandbox reaches it with (its own
+	// 127.0.0.1 is direct).
+	webHP := "host.airlock.internal:" + web.URL[strings.LastIndexByte(web.URL, ':')+1:]
 
 	data := filepath.Join(base, "data")
 	if err := os.MkdirAll(filepath.Join(data, "pub"), 0o755); err != nil {

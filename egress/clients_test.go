@@ -40,18 +40,22 @@ func TestCurl(t *testing.T) {
 		name string
 		args []string
 		want string
+		fail bool // curl exits non-zero (a refused CONNECT is exit 56)
 	}{
-		{"http", []string{"-x", "http://" + h.httpAddr, "http://" + ok.hostPort("allowed.test") + "/"}, "hello from allowed"},
-		{"post", []string{"-x", "http://" + h.httpAddr, "--data", "k=v", "http://" + ok.hostPort("allowed.test") + "/"}, "k=v"},
-		{"https-connect", []string{"-x", "http://" + th.httpAddr, "--cacert", ca, "https://" + tg.hostPort("allowed.test") + "/"}, "hello over tls"},
-		{"socks5h", []string{"--proxy", "socks5h://" + h.socksAddr, "http://" + ok.hostPort("allowed.test") + "/"}, "hello from allowed"},
-		{"denied", []string{"-x", "http://" + h.httpAddr, "-w", "%{http_code}", "http://" + evil.hostPort("evil.test") + "/"}, evil.hostPort("evil.test") + " denied: evil.test is not in net_hosts\n403"},
+		{"http", []string{"-x", "http://" + h.httpAddr, "http://" + ok.hostPort("allowed.test") + "/"}, "hello from allowed", false},
+		{"post", []string{"-x", "http://" + h.httpAddr, "--data", "k=v", "http://" + ok.hostPort("allowed.test") + "/"}, "k=v", false},
+		{"https-connect", []string{"-x", "http://" + th.httpAddr, "--cacert", ca, "https://" + tg.hostPort("allowed.test") + "/"}, "hello over tls", false},
+		{"socks5h", []string{"--proxy", "socks5h://" + h.socksAddr, "http://" + ok.hostPort("allowed.test") + "/"}, "hello from allowed", false},
+		// --proxytunnel: plain http:// through CONNECT, as npm sends it.
+		{"http-in-connect", []string{"-p", "-x", "http://" + h.httpAddr, "http://" + ok.hostPort("allowed.test") + "/"}, "hello from allowed", false},
+		{"http-in-connect-denied", []string{"-p", "-x", "http://" + h.httpAddr, "-w", "%{http_connect}", "http://" + evil.hostPort("evil.test") + "/"}, "403", true},
+		{"denied", []string{"-x", "http://" + h.httpAddr, "-w", "%{http_code}", "http://" + evil.hostPort("evil.test") + "/"}, evil.hostPort("evil.test") + " denied: evil.test is not in net_hosts\n403", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out, err := run(t, "/usr/bin/curl", append([]string{"-sS", "--max-time", "20"}, tt.args...)...)
-			if err != nil || !strings.Contains(out, tt.want) {
-				t.Errorf("curl %q = %q, %v; want output containing %q", tt.args, out, err, tt.want)
+			if (err != nil) != tt.fail || !strings.Contains(out, tt.want) {
+				t.Errorf("curl %q = %q, %v; want output containing %q (and failure %v)", tt.args, out, err, tt.want, tt.fail)
 			}
 		})
 	}

@@ -17,7 +17,10 @@ import (
 
 // handleConnect decides a CONNECT request and, when it is allowed, turns
 // the client connection into a tunnel to the checked address. br holds
-// whatever the client sent after the request head.
+// whatever the client sent after the request head. A tunnel that opens with
+// TLS must name the CONNECT host in its ClientHello; one that opens with
+// anything else is read as plain HTTP requests to the CONNECT authority
+// (serveRequests).
 //
 // The 200 goes out before the upstream is dialed, because the client sends
 // its ClientHello only after it: the SNI is checked first, and no byte
@@ -25,7 +28,7 @@ import (
 //
 // The ClientHello must be complete by the head's deadline, moved only by
 // the time the proxy itself spent deciding (resolving the name).
-func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request, deadline time.Time) {
+func (p *Proxy) handleConnect(c net.Conn, hr *headReader, br *bufio.Reader, req *http.Request, deadline time.Time) {
 	host, portText, err := net.SplitHostPort(req.URL.Host)
 	if err != nil || req.URL.User != nil || req.URL.Path != "" || req.URL.Scheme != "" || req.URL.RawQuery != "" {
 		writeError(c, http.StatusBadRequest, "airlock: CONNECT needs an authority such as example.com:443")
@@ -49,6 +52,29 @@ func (p *Proxy) handleConnect(c net.Conn, br *bufio.Reader, req *http.Request, d
 	var hello []byte
 	if !p.skipSNI {
 		c.SetReadDeadline(deadline)
+		switch tunnelProtocol(br) {
+		case protoHTTP:
+			// Plain HTTP through the tunnel (npm does this for http://
+			// registries). Each request is checked like a proxy request
+			// to the CONNECT authority, its Host header included, so the
+			// tunnel cannot front for another name.
+			c.SetReadDeadline(time.Time{})
+			p.serveRequests(c, hr, br, deadline, hostspec.Join(d.host, d.port))
+			return
+		case protoOther:
+			// Neither TLS nor HTTP, or nothing before the deadline (a
+			// protocol whose server speaks first): bytes to the checked
+			// address, as SOCKS5 carries them. No name is sent that could
+			// front for another host.
+			c.SetReadDeadline(time.Time{})
+			up, err := p.dial(p.ctx, d)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			p.splice(c, br, up)
+			return
+		}
 		raw, sni, err := readClientHello(br)
 		c.SetReadDeadline(time.Time{})
 		if err != nil {
@@ -128,3 +154,46 @@ func (p *Proxy) pipe(dst, src net.Conn, r io.Reader, last *atomic.Int64) {
 		return
 	}
 }
+
+// What a CONNECT tunnel opens with.
+const (
+	protoTLS = iota
+	protoHTTP
+	protoOther
+)
+
+// tunnelProtocol looks at what the client sent first, until the read
+// deadline already set on the connection: a TLS handshake record; HTTP,
+// which is a token of letters and a space or tab (a request line), or
+// anything that starts with white space or a line break (servers skip
+// blank lines before a request line, so that is read as HTTP too and
+// refused if malformed, never passed through unchecked); or anything else,
+// including nothing at all.
+func tunnelProtocol(br *bufio.Reader) int {
+	first, err := br.Peek(1)
+	switch {
+	case err != nil:
+		return protoOther
+	case first[0] == recordTypeHandshake:
+		return protoTLS
+	case first[0] == ' ' || first[0] == '\t' || first[0] == '\r' || first[0] == '\n':
+		return protoHTTP
+	case !isLetter(first[0]):
+		return protoOther
+	}
+	for n := 2; n <= 24; n++ {
+		b, err := br.Peek(n)
+		if err != nil {
+			return protoOther
+		}
+		switch c := b[n-1]; {
+		case c == ' ' || c == '\t':
+			return protoHTTP
+		case !isLetter(c):
+			return protoOther
+		}
+	}
+	return protoOther
+}
+
+func isLetter(c byte) bool { return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' }

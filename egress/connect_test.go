@@ -145,13 +145,6 @@ func TestConnectDenied(t *testing.T) {
 		{"no-sni", okHP, 200, func(c net.Conn) error {
 			return tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake()
 		}, `"" does not match`},
-		{"not-tls", okHP, 200, func(c net.Conn) error {
-			if _, err := io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n"); err != nil {
-				return err
-			}
-			_, err := c.Read(make([]byte, 1))
-			return err
-		}, "TLS ClientHello"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -215,4 +208,98 @@ func TestCloseEndsTunnels(t *testing.T) {
 	// Returns only once the proxy has closed the tunnel (session tickets
 	// the server sent may still be read first).
 	io.Copy(io.Discard, c)
+}
+
+// TestConnectPlainHTTP: a CONNECT tunnel that carries plain HTTP (npm's
+// http:// registries) reaches the granted host, one checked request at a
+// time; a Host header naming another host (domain fronting), an absolute
+// URL, a CONNECT inside, or a request with no Host is refused and the
+// evil server gets nothing.
+func TestConnectPlainHTTP(t *testing.T) {
+	h, ok, evil := twoServers(t)
+	okHP := ok.hostPort("allowed.test")
+	c, status := openTunnel(t, h.httpAddr, okHP)
+	if status != 200 {
+		t.Fatalf("CONNECT %s = %d", okHP, status)
+	}
+	br := bufio.NewReader(c)
+	for i := range 2 { // keep-alive: two requests on one tunnel
+		fmt.Fprintf(c, "GET /x%d HTTP/1.1\r\nHost: %s\r\n\r\n", i, okHP)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d through the tunnel: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(string(b), "hello from allowed host="+okHP) {
+			t.Fatalf("request %d = %d %q", i, resp.StatusCode, b)
+		}
+	}
+	for name, req := range map[string]string{
+		"fronting-host": "GET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+		"fronting-port": "GET / HTTP/1.1\r\nHost: allowed.test:1\r\n\r\n",
+		"absolute-url":  "GET http://" + evil.hostPort("evil.test") + "/ HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+		"connect":       "CONNECT " + evil.hostPort("evil.test") + " HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+		"no-host":       "GET / HTTP/1.0\r\n\r\n",
+		"blank-line":    "\r\nGET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+		"lowercase":     "get / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+		"tab":           "GET\t/ HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, status := openTunnel(t, h.httpAddr, okHP)
+			if status != 200 {
+				t.Fatalf("CONNECT = %d", status)
+			}
+			io.WriteString(c, req)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode < 400 {
+				t.Fatalf("%q through the tunnel = %v %v, want a refusal", req, resp, err)
+			}
+		})
+	}
+	if n := evil.accepted(); n != 0 {
+		t.Fatalf("the evil server accepted %d connections", n)
+	}
+}
+
+// TestConnectOtherProtocols: a tunnel that opens with neither TLS nor an
+// HTTP request line (an SSH banner) carries its bytes to the checked
+// address, as SOCKS5 does; one to a host that is not granted never opens.
+func TestConnectOtherProtocols(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		b := make([]byte, 64)
+		n, _ := c.Read(b)
+		got <- string(b[:n])
+		io.WriteString(c, "SSH-2.0-server\r\n")
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	h := startProxy(t, harnessConfig{hosts: []string{fmt.Sprintf("git.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)}, resolve: map[string]string{"git.test": "127.0.0.1"}})
+	c, status := openTunnel(t, h.httpAddr, fmt.Sprintf("git.test:%d", port))
+	if status != 200 {
+		t.Fatalf("CONNECT = %d", status)
+	}
+	io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n")
+	select {
+	case b := <-got:
+		if b != "SSH-2.0-OpenSSH_9.2\r\n" {
+			t.Fatalf("the server got %q", b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the SSH banner did not reach the granted host")
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "SSH-2.0-server\r\n" {
+		t.Fatalf("the server's banner came back as %q, %v", line, err)
+	}
 }

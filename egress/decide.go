@@ -107,6 +107,16 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 		return nil, p.deny(op, target, de.Reason, p.policy.Suggest(de))
 	}
 	d := &decision{host: n, port: port, target: target}
+	if n == hostspec.HostLoopback {
+		// The host's own loopback, by its explicit name: never by a
+		// wildcard, never by accident.
+		if !slices.ContainsFunc(p.policy.NetHosts(), func(h hostspec.Pattern) bool { return h.IsExact(n) && h.Match(n, port) }) {
+			return nil, p.deny(op, target, n+" reaches the host's loopback and is granted only by an exact net_hosts entry for it, never by a wildcard", p.policy.SuggestHost(target))
+		}
+		d.addrs = []netip.AddrPort{netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port)}
+		p.allow(op, target, "the host's loopback, 127.0.0.1")
+		return d, nil
+	}
 	if a, err := netip.ParseAddr(n); err == nil {
 		// CheckHost admits an IP literal only when it is listed exactly.
 		d.isIP = true

@@ -2,11 +2,13 @@ package egress_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/audit"
@@ -166,5 +168,40 @@ func TestServeAfterClose(t *testing.T) {
 	}
 	if _, err := l.Accept(); err == nil {
 		t.Errorf("listener still accepts after ServeHTTPProxy on a closed proxy")
+	}
+}
+
+// TestHostLoopback: host.airlock.internal:PORT, listed exactly, reaches the
+// host's 127.0.0.1:PORT without a lookup; a wildcard that covers the name,
+// or another port, does not; and nothing is dialed for a refusal.
+func TestHostLoopback(t *testing.T) {
+	ok := newTarget(t, "host-service")
+	port := ok.port
+	exact := startProxy(t, harnessConfig{hosts: []string{fmt.Sprintf("host.airlock.internal:%d", port)}})
+	status, body := exact.rawRequest(t, fmt.Sprintf("GET http://host.airlock.internal:%d/ HTTP/1.1\r\nHost: host.airlock.internal:%d\r\n\r\n", port, port))
+	if status != 200 || !strings.Contains(body, "hello from host-service") {
+		t.Fatalf("granted host loopback = %d %q", status, body)
+	}
+	if got := exact.res.lookups(); len(got) != 0 {
+		t.Errorf("host.airlock.internal was looked up: %q", got)
+	}
+	for name, hosts := range map[string][]string{
+		"wildcard":   {fmt.Sprintf("*.airlock.internal:%d", port)},
+		"other-port": {"host.airlock.internal:1"},
+		"none":       {"example.com"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := startProxy(t, harnessConfig{hosts: hosts})
+			status, _ := h.rawRequest(t, fmt.Sprintf("GET http://host.airlock.internal:%d/ HTTP/1.1\r\nHost: host.airlock.internal:%d\r\n\r\n", port, port))
+			if status != 403 {
+				t.Fatalf("host loopback under %v = %d, want 403", hosts, status)
+			}
+			if d := h.dialer.dialed(); len(d) != 0 {
+				t.Fatalf("dialed %q for a refusal", d)
+			}
+		})
+	}
+	if n := ok.requests.Load(); n != 1 {
+		t.Fatalf("the host service got %d requests, want 1", n)
 	}
 }

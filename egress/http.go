@@ -38,13 +38,29 @@ func (p *Proxy) ServeHTTPProxy(l net.Listener) error { return p.serve(l, p.handl
 // bytes trickling in never move. Until a head is complete the connection
 // holds only headReader's small buffer.
 func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
-	hr := &headReader{r: c}
-	var br *bufio.Reader // made once the first head is complete
+	p.serveRequests(c, &headReader{r: c}, nil, accepted.Add(p.handshake), "")
+}
+
+// serveRequests is handleHTTP's loop. hr reads the connection; br, when
+// not nil, is a reader over hr that may hold bytes past the last head. With
+// tunnel set (a CONNECT authority whose tunnel carries plain HTTP), the
+// requests are origin-form ("GET /path", as a client that was told it
+// reached the server sends them) and are forwarded to that authority,
+// each checked and charged as a proxy request to it, its Host header
+// included; a CONNECT inside is refused.
+func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, deadline time.Time, tunnel string) {
 	up := &upstream{}
 	defer up.close()
-	deadline := accepted.Add(p.handshake)
 	for first := true; ; first = false {
-		if !first {
+		if br != nil {
+			// What br read past the last request is the start of the next one.
+			if n := br.Buffered(); n > 0 {
+				b, _ := br.Peek(n) // cannot fail: n bytes are buffered
+				hr.unread(b)
+			}
+			br.Reset(hr)
+		}
+		if !first || tunnel != "" {
 			// Idle between requests, then the next head's own deadline.
 			if hr.buffered() == 0 {
 				c.SetReadDeadline(time.Now().Add(p.idle))
@@ -77,19 +93,27 @@ func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
 			return
 		}
 		c.SetReadDeadline(time.Time{})
-		if req.Method == http.MethodConnect {
-			p.handleConnect(c, br, req, deadline)
+		switch {
+		case req.Method == http.MethodConnect && tunnel != "":
+			writeError(c, http.StatusBadRequest, "airlock: CONNECT inside a CONNECT tunnel is refused")
 			return
+		case req.Method == http.MethodConnect:
+			p.handleConnect(c, hr, br, req, deadline)
+			return
+		case tunnel != "":
+			if req.URL.Scheme != "" || req.URL.Host != "" {
+				writeError(c, http.StatusBadRequest, "airlock: a request inside a CONNECT tunnel names its path only (GET /path), not a URL")
+				return
+			}
+			req.URL.Scheme, req.URL.Host = "http", tunnel
+			if !raw.hasHost {
+				writeError(c, http.StatusBadRequest, "airlock: a request inside a CONNECT tunnel needs a Host header naming "+tunnel)
+				return
+			}
 		}
 		if !p.forward(c, req, raw, up) {
 			return
 		}
-		// What br read past this request is the start of the next one.
-		if n := br.Buffered(); n > 0 {
-			b, _ := br.Peek(n) // cannot fail: n bytes are buffered
-			hr.unread(b)
-		}
-		br.Reset(hr)
 	}
 }
 

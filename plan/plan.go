@@ -391,7 +391,16 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	}
 	if len(pl.NetHosts) > 0 {
 		pl.Proxy = true
-		pl.Env = append(pl.Env, proxyEnv()...)
+		extra := ""
+		env := pl.Env[:0]
+		for _, e := range pl.Env {
+			if v, ok := strings.CutPrefix(e, "NO_PROXY="); ok {
+				extra = v // the policy's extension (policy validation allows only NO_PROXY=list)
+				continue
+			}
+			env = append(env, e)
+		}
+		pl.Env = append(env, proxyEnv(extra)...)
 	}
 	fsize := uint64(max(lim.Scratch, 1<<30))
 	cpu := uint64((lim.CPU + 999_999_999) / 1_000_000_000)
@@ -471,13 +480,22 @@ func environment(p *policy.Policy, h Host) []string {
 	return env
 }
 
-func proxyEnv() []string {
+// DefaultNoProxy is what clients inside reach without the proxy: the
+// sandbox's own loopback, where its own servers listen (a policy's env
+// NO_PROXY=... extends it).
+const DefaultNoProxy = "localhost,127.0.0.1,::1"
+
+func proxyEnv(extra string) []string {
 	httpURL := fmt.Sprintf("http://127.0.0.1:%d", HTTPProxyPort)
 	socksURL := fmt.Sprintf("socks5h://127.0.0.1:%d", SOCKSProxyPort)
+	noProxy := DefaultNoProxy
+	if extra != "" {
+		noProxy += "," + extra
+	}
 	return []string{
 		"HTTP_PROXY=" + httpURL, "http_proxy=" + httpURL,
 		"HTTPS_PROXY=" + httpURL, "https_proxy=" + httpURL,
 		"ALL_PROXY=" + socksURL, "all_proxy=" + socksURL,
-		"NO_PROXY=", "no_proxy=",
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
 	}
 }

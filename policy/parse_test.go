@@ -149,7 +149,9 @@ func TestParseErrors(t *testing.T) {
 		{"env-http-proxy", "version: 1\nenv: [HTTP_PROXY]\n", 2, 7, "airlock sets HTTP_PROXY itself"},
 		{"env-https-proxy-lower", "version: 1\nenv: [https_proxy=http://x]\n", 2, 7, "airlock sets https_proxy itself"},
 		{"env-all-proxy-mixed", "version: 1\nenv: [All_Proxy]\n", 2, 7, "airlock sets All_Proxy"},
-		{"env-no-proxy", "version: 1\nenv: [NO_PROXY=*]\n", 2, 7, "airlock sets NO_PROXY"},
+		{"env-no-proxy", "version: 1\nenv: [NO_PROXY=*]\n", 2, 7, "NO_PROXY extends the hosts reached without the proxy"},
+		{"env-no-proxy-passthrough", "version: 1\nenv: [NO_PROXY]\n", 2, 7, "write NO_PROXY=host,host"},
+		{"env-http-proxy", "version: 1\nenv: [HTTP_PROXY=http://evil]\n", 2, 7, "airlock sets HTTP_PROXY"},
 		{"env-duplicate", "version: 1\nenv: [A, A=1]\n", 2, 10, "A is already listed at 2:7: keep one"},
 		// Downgrades.
 		{"downgrade-unknown", "version: 1\nallow_downgrade: [landlok]\n", 2, 19, `is not a known downgrade: did you mean "landlock"`},

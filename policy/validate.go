@@ -308,9 +308,24 @@ var proxyVars = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"}
 
 // IsProxyVar reports whether name is one of the variables airlock sets to
 // route traffic through its egress proxy (HTTP_PROXY, HTTPS_PROXY,
-// ALL_PROXY, NO_PROXY, in any case): no policy or exec may set them.
+// ALL_PROXY, NO_PROXY, in any case): no exec may set them, and a policy
+// only extends NO_PROXY (env NO_PROXY=host,...).
 func IsProxyVar(name string) bool {
 	return slices.ContainsFunc(proxyVars, func(p string) bool { return strings.EqualFold(p, name) })
+}
+
+// noProxyValue reports whether v is a comma-separated list of host names,
+// addresses, CIDRs or .suffixes, with no white space and no "*".
+func noProxyValue(v string) bool {
+	if v == "" {
+		return false
+	}
+	for _, h := range strings.Split(v, ",") {
+		if h == "" || h == "*" || strings.ContainsAny(h, " \t\r\n*") {
+			return false
+		}
+	}
+	return true
 }
 
 // envs validates env entries and appends them to have, refusing a name
@@ -330,7 +345,16 @@ func (v *validator) envs(have []EnvVar, items []item) []EnvVar {
 			v.itemf(it, "%q is not a variable name: write NAME or NAME=value, NAME made of letters, digits and _ and not starting with a digit", name)
 			continue
 		}
-		if IsProxyVar(name) {
+		if strings.EqualFold(name, "NO_PROXY") {
+			// Extends the list of hosts clients reach directly, which
+			// starts with the sandbox's own loopback. Direct connections
+			// reach nothing outside the sandbox, so this opens nothing.
+			if !hasVal || !noProxyValue(val) {
+				v.itemf(it, "NO_PROXY extends the hosts reached without the proxy (the sandbox's own loopback is always there): write NO_PROXY=host,host with names, addresses or .domain suffixes")
+				continue
+			}
+			name = "NO_PROXY"
+		} else if IsProxyVar(name) {
 			v.itemf(it, "airlock sets %s itself to route traffic through its egress proxy: remove it", name)
 			continue
 		}

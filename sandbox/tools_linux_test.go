@@ -127,7 +127,10 @@ except OSError as e:
 	}
 }
 
-// serve starts an HTTP server on 127.0.0.1 that counts accepted connections.
+// serve starts an HTTP server on the host's 127.0.0.1 that counts accepted
+// connections, and returns how the sandbox names it through the proxy:
+// host.airlock.internal:PORT (127.0.0.1 inside is the sandbox's own
+// loopback, reached directly).
 func serve(t *testing.T, hits *atomic.Int32, body string) string {
 	t.Helper()
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -143,7 +146,7 @@ func serve(t *testing.T, hits *atomic.Int32, body string) string {
 	}}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { srv.Close() })
-	return l.Addr().String()
+	return "host.airlock.internal:" + portOf(l.Addr().String())
 }
 
 func portOf(addr string) string {
@@ -259,5 +262,39 @@ except Exception as e:
 	}
 	if hits.Load() != 1 {
 		t.Fatalf("the TLS server saw %d connections, want exactly 1 (the granted request)", hits.Load())
+	}
+}
+
+// TestLocalServerWithNetHosts: with net_hosts set (so the proxy variables
+// are too), an HTTP client inside reaches a dev server on the sandbox's own
+// 127.0.0.1 directly (NO_PROXY), never the host's service on the same
+// port; the host's loopback is reached only by its explicit name,
+// host.airlock.internal, when that is granted. Before, NO_PROXY was empty
+// and the proxy answered the sandbox's own 127.0.0.1 with 403.
+func TestLocalServerWithNetHosts(t *testing.T) {
+	requireSandbox(t)
+	var hostHits atomic.Int32
+	hostSvc := serve(t, &hostHits, "the host's service")
+	port := portOf(hostSvc)
+	rep := py(t, policy.Spec{NetHosts: []string{hostSvc}, Env: []string{"NO_PROXY=internal.example"}}, fmt.Sprintf(`
+import http.server, os, threading, urllib.request
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"the sandbox's own dev server")
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", %[1]s), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+print("no_proxy", os.environ["NO_PROXY"])
+print("own", urllib.request.urlopen("http://127.0.0.1:%[1]s/", timeout=10).read().decode())
+print("localhost", urllib.request.urlopen("http://localhost:%[1]s/", timeout=10).read().decode())
+print("host", urllib.request.urlopen("http://host.airlock.internal:%[1]s/", timeout=10).read().decode())`, port))
+	wantExit(t, rep, 0)
+	for _, want := range []string{"no_proxy localhost,127.0.0.1,::1,internal.example", "own the sandbox's own dev server", "localhost the sandbox's own dev server", "host the host's service"} {
+		if !strings.Contains(rep.Stdout, want) {
+			t.Fatalf("stdout lacks %q:\n%s\nstderr:\n%s", want, rep.Stdout, rep.Stderr)
+		}
+	}
+	if hostHits.Load() != 1 {
+		t.Fatalf("the host's service got %d connections, want 1 (by its explicit name only)", hostHits.Load())
 	}
 }

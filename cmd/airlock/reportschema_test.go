@@ -171,7 +171,7 @@ func TestReportSchemaValidatesRealReports(t *testing.T) {
 		wantCode int
 	}{
 		{"denied-egress", []string{"run", "--json", "--net-host", "pypi.org:443", "--", "python3", "-c",
-			"import urllib.request\ntry: urllib.request.urlopen('http://127.0.0.1:9/', timeout=5)\nexcept Exception as e: print(e)"}, 0},
+			"import urllib.request\ntry: urllib.request.urlopen('http://denied.example:9/', timeout=5)\nexcept Exception as e: print(e)"}, 0},
 		{"halted", []string{"run", "--json", "--max-wall", "300ms", "--", "/bin/sh", "-c", "while :; do :; done"}, 124},
 		{"exit-status", []string{"run", "--json", "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"}, 3},
 		{"refused-policy", []string{"run", "--json", "--max-wall", "1s", "--", "/nonexistent/command"}, 127},

@@ -167,10 +167,11 @@ func TestRunAuditFlag(t *testing.T) {
 	airtest.RequireBinary(t, "/usr/bin/python3")
 	dir := t.TempDir()
 	log := filepath.Join(dir, "audit.jsonl")
-	// The proxy denies 127.0.0.1:9: only loopback addresses listed exactly pass.
+	// The proxy denies denied.example:9, a host not in net_hosts (127.0.0.1
+	// would be the sandbox's own loopback, reached directly).
 	script := `import urllib.request
 try:
-    urllib.request.urlopen("http://127.0.0.1:9/x", timeout=5)
+    urllib.request.urlopen("http://denied.example:9/x", timeout=5)
 except Exception as e:
     print("blocked:", e)
 `
@@ -178,7 +179,7 @@ except Exception as e:
 	if r.code != 0 {
 		t.Fatalf("airlock run: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
-	if !regexp.MustCompile(`(?m)^airlock: denied \w+ 127\.0\.0\.1:9 \(net_hosts\): .*; to allow it: add "127\.0\.0\.1:9" to net_hosts$`).MatchString(r.stderr) {
+	if !regexp.MustCompile(`(?m)^airlock: denied \w+ denied\.example:9 \(net_hosts\): .*; to allow it: add "denied\.example:9" to net_hosts$`).MatchString(r.stderr) {
 		t.Errorf("stderr summary lacks the denial and its suggestion:\n%s", r.stderr)
 	}
 	if strings.Contains(r.stderr, "\x1b[") {
@@ -210,12 +211,12 @@ except Exception as e:
 	}
 	var denied bool
 	for _, e := range events {
-		if e.Kind == audit.Deny && e.Layer == audit.LayerNet && e.Target == "127.0.0.1:9" && e.Rule == "net_hosts" {
+		if e.Kind == audit.Deny && e.Layer == audit.LayerNet && e.Target == "denied.example:9" && e.Rule == "net_hosts" {
 			denied = true
 		}
 	}
 	if !denied {
-		t.Errorf("--audit log has no net_hosts denial of 127.0.0.1:9; events: %+v", events)
+		t.Errorf("--audit log has no net_hosts denial of denied.example:9; events: %+v", events)
 	}
 
 	t.Run("unwritable", func(t *testing.T) {

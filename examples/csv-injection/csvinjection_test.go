@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -144,7 +145,11 @@ func testCSVInjection(t *testing.T, bin string, flags ...string) {
 		t.Fatal(err)
 	}
 	evil := newAttacker(t)
-	url := "http://" + evil.ln.Addr().String() + "/collect"
+	// The attacker listens on the host's loopback, which the sandbox names
+	// host.airlock.internal (its own 127.0.0.1 is direct): only the proxy
+	// could reach it, and the policy does not grant it.
+	attackerHost := "host.airlock.internal:" + strconv.Itoa(evil.ln.Addr().(*net.TCPAddr).Port)
+	url := "http://" + attackerHost + "/collect"
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -202,7 +207,7 @@ func testCSVInjection(t *testing.T, bin string, flags ...string) {
 	}
 
 	// The report explains the refusals.
-	target := evil.ln.Addr().String()
+	target := attackerHost
 	var netDenied, fsDenied bool
 	for _, d := range rep.Denials {
 		if d.Layer == "net" && d.Rule == "net_hosts" && d.Target == target {

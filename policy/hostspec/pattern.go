@@ -271,6 +271,17 @@ func (p Pattern) String() string {
 	return s + ":" + strconv.Itoa(int(p.lo)) + "-" + strconv.Itoa(int(p.hi))
 }
 
+// HostLoopback is the name that reaches the host's loopback through the
+// egress proxy: net_hosts "host.airlock.internal:8081" grants the host's
+// 127.0.0.1:8081. The sandbox's own loopback (127.0.0.1 inside) is
+// something else and always direct (plan.DefaultNoProxy). Only an exact
+// entry grants it; a wildcard never does.
+const HostLoopback = "host.airlock.internal"
+
+// IsExact reports whether p is the exact name pattern for name (not a
+// wildcard or an address).
+func (p Pattern) IsExact(name string) bool { return p.kind == kindExact && p.name == name }
+
 // Equal reports whether p and q are the same pattern. It is the same as
 // p == q and exists for readability at call sites.
 func (p Pattern) Equal(q Pattern) bool { return p == q }
