@@ -149,6 +149,10 @@ func explain(d Denial) (msg, hint string) {
 		return "direct TCP connection to " + q + " refused: the only way out is the egress proxy",
 			"connect through the egress proxy that HTTP_PROXY, HTTPS_PROXY and ALL_PROXY name, which admits the net_hosts of the policy"
 	case policy.AllowedTools.String():
+		if strings.HasPrefix(d.Target, "/usr/lib/git-core/") {
+			// git re-executes itself and its helpers from its exec path.
+			return q + " is not in allowed_tools", "git runs its helpers from /usr/lib/git-core: a clone over HTTP(S) needs /usr/lib/git-core/git and /usr/lib/git-core/git-remote-http in allowed_tools besides git"
+		}
 		return q + " is not in allowed_tools", "files in fs_read, fs_write and /tmp are not executable: run a script through an allowed interpreter (sh FILE, python3 FILE)"
 	}
 	return q + " is outside " + d.Rule, ""
