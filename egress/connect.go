@@ -61,11 +61,17 @@ func (p *Proxy) handleConnect(c net.Conn, hr *headReader, br *bufio.Reader, req 
 			c.SetReadDeadline(time.Time{})
 			p.serveRequests(c, hr, br, deadline, hostspec.Join(d.host, d.port))
 			return
+		case protoUnknown:
+			// Nothing, or not enough to tell, before the deadline: a
+			// client that sends "G", waits, then "ET / ... Host: other"
+			// must not get a raw tunnel, so this fails closed.
+			p.denyHint(opConnect, d.target, "the tunnel sent too little to tell its protocol before the deadline",
+				policy.Suggestion{}, "send the first bytes (a TLS ClientHello, an HTTP request line) right after the CONNECT; a protocol whose server speaks first goes through SOCKS5 (ALL_PROXY)")
+			return
 		case protoOther:
-			// Neither TLS nor HTTP, or nothing before the deadline (a
-			// protocol whose server speaks first): bytes to the checked
-			// address, as SOCKS5 carries them. No name is sent that could
-			// front for another host.
+			// Neither TLS nor HTTP, seen: bytes to the checked address, as
+			// SOCKS5 carries them. No name is sent that could front for
+			// another host.
 			c.SetReadDeadline(time.Time{})
 			up, err := p.dial(p.ctx, d)
 			if err != nil {
@@ -160,6 +166,7 @@ const (
 	protoTLS = iota
 	protoHTTP
 	protoOther
+	protoUnknown // nothing, or not enough to tell, before the deadline
 )
 
 // tunnelProtocol looks at what the client sent first, until the read
@@ -167,13 +174,14 @@ const (
 // which is a token of letters and a space or tab (a request line), or
 // anything that starts with white space or a line break (servers skip
 // blank lines before a request line, so that is read as HTTP too and
-// refused if malformed, never passed through unchecked); or anything else,
-// including nothing at all.
+// refused if malformed, never passed through unchecked); anything else
+// that is seen; or unknown, when the deadline passes before the bytes
+// decide.
 func tunnelProtocol(br *bufio.Reader) int {
 	first, err := br.Peek(1)
 	switch {
 	case err != nil:
-		return protoOther
+		return protoUnknown
 	case first[0] == recordTypeHandshake:
 		return protoTLS
 	case first[0] == ' ' || first[0] == '\t' || first[0] == '\r' || first[0] == '\n':
@@ -184,7 +192,7 @@ func tunnelProtocol(br *bufio.Reader) int {
 	for n := 2; n <= 24; n++ {
 		b, err := br.Peek(n)
 		if err != nil {
-			return protoOther
+			return protoUnknown
 		}
 		switch c := b[n-1]; {
 		case c == ' ' || c == '\t':

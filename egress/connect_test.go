@@ -303,3 +303,32 @@ func TestConnectOtherProtocols(t *testing.T) {
 		t.Fatalf("the server's banner came back as %q, %v", line, err)
 	}
 }
+
+// TestConnectSplitRequestLine: a client that sends "G", waits past the
+// deadline, then "ET / HTTP/1.1" with another Host would get a raw tunnel
+// to the granted address if too little to tell were taken for "not HTTP":
+// it is refused, and the server behind the granted address gets nothing.
+func TestConnectSplitRequestLine(t *testing.T) {
+	ok, evil := newTarget(t, "allowed"), newTarget(t, "evil")
+	h := startProxy(t, harnessConfig{hosts: []string{ok.hostPort("allowed.test"), ok.hostPort("127.0.0.1")},
+		resolve: map[string]string{"allowed.test": "127.0.0.1"}, timeout: 300 * time.Millisecond})
+	for name, first := range map[string]string{"one-letter": "G", "nothing": ""} {
+		t.Run(name, func(t *testing.T) {
+			c, status := openTunnel(t, h.httpAddr, ok.hostPort("allowed.test"))
+			if status != 200 {
+				t.Fatalf("CONNECT = %d", status)
+			}
+			io.WriteString(c, first)
+			time.Sleep(600 * time.Millisecond)
+			full := "GET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n"
+			io.WriteString(c, full[len(first):])
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if b, _ := io.ReadAll(c); strings.Contains(string(b), "hello from") {
+				t.Fatalf("the split request reached a server: %q", b)
+			}
+		})
+	}
+	if n := ok.accepted() + evil.accepted(); n != 0 {
+		t.Fatalf("servers accepted %d connections", n)
+	}
+}

@@ -337,6 +337,18 @@ func TestConnectionCap(t *testing.T) {
 		}
 		c.Close()
 	}
+	// The client can see the close before the proxy has counted and
+	// audited it.
+	capDenials := func() int {
+		n := 0
+		for _, e := range rec.Denials() {
+			if e.Rule == egress.RuleMaxConns && e.Op == "accept" && e.Layer == audit.LayerNet && e.Target == wl.Addr().String() && strings.Contains(e.Message, "4 connections") {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "the proxy to count and audit 10 connections over the cap", func() bool { return p.Stats().OverCap >= 10 && capDenials() >= 10 })
 	st := p.Stats()
 	if st.OverCap != 10 || st.Open != limit || st.Served != limit {
 		t.Errorf("Stats() = %+v, want 10 over the cap, 4 served and open", st)
@@ -344,13 +356,7 @@ func TestConnectionCap(t *testing.T) {
 	if ops, _ := meter.Usage(); ops != limit+10 {
 		t.Errorf("ops = %d, want %d: every accepted connection costs one", ops, limit+10)
 	}
-	var denials int
-	for _, e := range rec.Denials() {
-		if e.Rule == egress.RuleMaxConns && e.Op == "accept" && e.Layer == audit.LayerNet && e.Target == wl.Addr().String() && strings.Contains(e.Message, "4 connections") {
-			denials++
-		}
-	}
-	if denials != 10 {
+	if denials := capDenials(); denials != 10 {
 		t.Errorf("%d max_proxy_conns denials audited, want 10: %+v", denials, rec.Denials())
 	}
 	held[0].Close()

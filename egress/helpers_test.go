@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -164,7 +165,8 @@ type harnessConfig struct {
 	resolve map[string]string
 	limits  budget.Limits
 	skipSNI bool
-	advice  bool // egress.Config.AgentAdvice
+	advice  bool          // egress.Config.AgentAdvice
+	timeout time.Duration // egress.Config.HandshakeTimeout; 0 for the default
 }
 
 func startProxy(t testing.TB, hc harnessConfig) *harness {
@@ -181,7 +183,7 @@ func startProxy(t testing.TB, hc harnessConfig) *harness {
 	}
 	h.p, err = egress.New(egress.Config{
 		Policy: pol, Meter: h.meter, Audit: h.rec, Resolver: h.res, Dialer: h.dialer,
-		SkipSNICheck: hc.skipSNI, AgentAdvice: hc.advice,
+		SkipSNICheck: hc.skipSNI, AgentAdvice: hc.advice, HandshakeTimeout: hc.timeout,
 	})
 	if err != nil {
 		t.Fatal(err)
