@@ -105,11 +105,18 @@ func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, dead
 				writeError(c, http.StatusBadRequest, "airlock: a request inside a CONNECT tunnel names its path only (GET /path), not a URL")
 				return
 			}
-			req.URL.Scheme, req.URL.Host = "http", tunnel
 			if !raw.hasHost {
 				writeError(c, http.StatusBadRequest, "airlock: a request inside a CONNECT tunnel needs a Host header naming "+tunnel)
 				return
 			}
+			// What the client sent stays as it was: forward reads a copy
+			// whose URL names the tunnel's authority, and builds the
+			// outbound request from what it checks.
+			abs := *req
+			u := *req.URL
+			u.Scheme, u.Host = "http", tunnel
+			abs.URL = &u
+			req = &abs
 		}
 		if !p.forward(c, req, raw, up) {
 			return

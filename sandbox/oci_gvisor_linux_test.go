@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -210,4 +211,63 @@ func fuid(fi os.FileInfo) uint32 { return fi.Sys().(*syscall.Stat_t).Uid }
 // pyTuple writes ss as a Python tuple of strings.
 func pyTuple(ss []string) string {
 	return "(" + strings.TrimSuffix(strings.TrimPrefix(pyList(ss), "["), "]") + ",)"
+}
+
+// TestIsolationGVisorJanitor: when a supervisor running a gVisor sandbox is
+// SIGKILLed, the sentry and gofer die with it (they live in the launcher's
+// pid namespace), and the next OCI run's janitor removes its work folder
+// and cgroups.
+func TestIsolationGVisorJanitor(t *testing.T) {
+	requireGVisor(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "airlock")
+	goBuild(t, "../cmd/airlock", bin)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "run", "--isolation", "gvisor", "--max-wall", "60s",
+		"--", "/usr/bin/python3", "-c", "import time\nwhile True: time.sleep(1)")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The runsc processes name the container, which names the supervisor.
+	id := fmt.Sprintf("airlock-%d-", cmd.Process.Pid)
+	sentry := func() []int {
+		var out []int
+		for _, pid := range marked(t, id) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); pid != cmd.Process.Pid && strings.Contains(string(b), "runsc") {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	if !waitFor(30*time.Second, func() bool { return len(sentry()) > 0 }) {
+		_ = cmd.Process.Kill()
+		t.Fatal("the gVisor sandbox never started")
+	}
+	killed := cmd.Process.Pid
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !waitFor(20*time.Second, func() bool { return len(sentry()) == 0 }) {
+		t.Fatalf("the sentry or gofer outlived its supervisor: %v", sentry())
+	}
+	leftovers := func() []string {
+		m, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d-*", killed)))
+		return m
+	}
+	if len(leftovers()) == 0 {
+		t.Fatal("the killed supervisor left no work folder: the janitor check below would prove nothing")
+	}
+	rep := runG(t, policy.Spec{Budget: budget.Limits{Wall: 20 * time.Second}}, "/bin/true")
+	wantExit(t, rep, 0)
+	if l := leftovers(); len(l) != 0 {
+		t.Fatalf("the janitor left %v", l)
+	}
+	for _, pat := range []string{"/sys/fs/cgroup/*/airlock-oci", "/sys/fs/cgroup/airlock-oci"} {
+		if m, _ := filepath.Glob(filepath.Join(pat, fmt.Sprintf("airlock-%d-*", killed))); len(m) != 0 {
+			t.Fatalf("the janitor left container cgroups %v", m)
+		}
+	}
 }
