@@ -173,6 +173,7 @@ type containerReport struct {
 		Seccomp    bool     `json:"seccomp"`
 		Downgrades []string `json:"downgrades"`
 		Weaker     []string `json:"weaker"`
+		FSDenials  string   `json:"fs_denials"`
 	} `json:"enforcement"`
 }
 

@@ -33,25 +33,16 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
-	if b.stage, err = openStaging(b.pl); err != nil {
+	if err := b.openStageAndLimits("namespaces"); err != nil {
 		return nil, err
-	}
-	if b.lim, err = newLimits(b.pl.Limits, b.sink); err != nil {
-		b.stage.close()
-		return nil, err
-	}
-	b.enf.Backend = "namespaces"
-	for _, d := range b.lim.downgrades {
-		b.downgraded(policy.Downgrade(d))
-	}
-	if b.lim.group != nil {
-		b.enf.Cgroup = b.lim.host.Version
 	}
 	ctl, err := startInit(b, cloneFlags)
 	if err != nil {
 		b.lim.finish(b)
 		b.stage.close()
-		b.stage, b.lim, b.enf = nil, nil, Enforcement{}
+		// What the failed start recorded goes; how filesystem denials are
+		// reported (set before the backend) stays.
+		b.stage, b.lim, b.enf = nil, nil, Enforcement{FSDenials: b.enf.FSDenials}
 		if why, ok := usernsRefused(err); ok {
 			if b.cfg.Policy.AcceptsDowngrade(policy.DowngradeNamespaces) {
 				return unsharedBackend{why: why}.launch(b)
@@ -75,6 +66,30 @@ func usernsRefused(err error) (string, bool) {
 		return "user namespaces cannot be created here (EINVAL: the kernel was built without them)", true
 	}
 	return "", false
+}
+
+// openStageAndLimits opens what airlock's own init shares with the box
+// for b.pl, whatever namespaces it gets: the staged grants' host side and
+// the cgroup (or the downgrades accepted in its place), and records the
+// backend's name and what the limits give up. On error nothing is left
+// open.
+func (b *box) openStageAndLimits(backend string) error {
+	var err error
+	if b.stage, err = openStaging(b.pl); err != nil {
+		return err
+	}
+	if b.lim, err = newLimits(b.pl.Limits, b.sink); err != nil {
+		b.stage.close()
+		return err
+	}
+	b.enf.Backend = backend
+	for _, d := range b.lim.downgrades {
+		b.downgraded(policy.Downgrade(d))
+	}
+	if b.lim.group != nil {
+		b.enf.Cgroup = b.lim.host.Version
+	}
+	return nil
 }
 
 // startInit starts the init process in new namespaces (cloneFlags) and

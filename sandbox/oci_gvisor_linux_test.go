@@ -68,16 +68,7 @@ func TestIsolationGVisor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer direct.Close()
-	go func() {
-		for {
-			c, err := direct.Accept()
-			if err != nil {
-				return
-			}
-			directHits.Add(1)
-			c.Close()
-		}
-	}()
+	go acceptCount(direct, &directHits)
 	code := fmt.Sprintf(`
 import os, socket, sys, urllib.request
 bad = []

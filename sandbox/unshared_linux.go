@@ -46,7 +46,7 @@ var weakerUnshared = []string{
 	"processes: no pid namespace: the host's processes are listed in /proc (what ps shows of them) but cannot be signalled, traced or read (Landlock's scopes); the sandbox's init is a subreaper that kills the whole tree when the run ends",
 	"network: no network namespace: every connect(2) is answered by the supervisor, which connects nothing but the egress proxy; there are no local servers (listen is refused), no UDP and no connects to unix sockets; /proc/net lists the host's sockets",
 	"tools: no noexec mounts: only the command, allowed_tools and the loader can be executed, but the loader can still map a program the sandbox wrote or can read (ld.so FILE), since Landlock restricts execve and not mmap",
-	"/tmp: no private /tmp: TMPDIR and HOME are a scratch folder on the host's disk, removed at the end; max_scratch is checked every 250 ms and bounds each file (RLIMIT_FSIZE) rather than capping a tmpfs",
+	"/tmp: no private /tmp: TMPDIR and HOME are a scratch folder on the host's disk, removed at the end; max_scratch is checked every 250 ms (a folder that cannot be measured halts the run) and bounds each file (RLIMIT_FSIZE) rather than capping a tmpfs",
 	"hostname and IPC: the host's hostname; System V IPC and POSIX message queues are refused rather than private",
 }
 
@@ -57,28 +57,16 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scratch folder: %w (set TMPDIR to a writable folder)", err)
 	}
-	cleanup := func() { _ = os.RemoveAll(scratch) }
+	cleanup := func() { removeScratch(scratch) }
 	pl, err := unsharedPlan(b.pl, b.cfg.Policy, scratch)
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
 	b.pl = pl
-	if b.stage, err = openStaging(b.pl); err != nil {
+	if err := b.openStageAndLimits(BackendLandlock); err != nil {
 		cleanup()
 		return nil, err
-	}
-	if b.lim, err = newLimits(b.pl.Limits, b.sink); err != nil {
-		b.stage.close()
-		cleanup()
-		return nil, err
-	}
-	b.enf = Enforcement{Backend: BackendLandlock}
-	for _, d := range b.lim.downgrades {
-		b.downgraded(policy.Downgrade(d))
-	}
-	if b.lim.group != nil {
-		b.enf.Cgroup = b.lim.host.Version
 	}
 	if ub.why != "" {
 		b.downgraded(policy.DowngradeNamespaces)
@@ -148,23 +136,53 @@ func watchScratch(b *box, dir string, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		used, entries := diskUsage(dir, 1<<16)
-		if used > limit || entries >= 1<<16 {
-			b.halt(budget.MaxScratch, fmt.Sprintf("the sandbox wrote more than max_scratch (%d bytes) to its scratch folder, or more than 65536 entries, and was stopped with everything running in it", limit))
+		used, entries, err := diskUsage(dir, 1<<16)
+		msg := ""
+		switch {
+		case err != nil:
+			// Fail closed: what cannot be measured (a folder made
+			// unreadable) could hold anything.
+			msg = fmt.Sprintf("the sandbox's scratch folder could not be measured against max_scratch (%v), and the sandbox was stopped with everything running in it", err)
+		case used > limit || entries >= 1<<16:
+			msg = fmt.Sprintf("the sandbox wrote more than max_scratch (%d bytes) to its scratch folder, or more than 65536 entries, and was stopped with everything running in it", limit)
+		}
+		if msg != "" {
+			b.halt(budget.MaxScratch, msg)
 			b.kill()
 			return
 		}
 	}
 }
 
+// removeScratch removes the scratch folder, making every folder in it
+// ours to list and empty first: the sandbox may have made one unreadable.
+// It never follows a symlink.
+func removeScratch(dir string) {
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chmod(p, 0o700) // before WalkDir reads it
+		}
+		return nil
+	})
+	_ = os.RemoveAll(dir)
+}
+
 // diskUsage returns the bytes allocated under dir and the entries seen,
-// stopping at max entries. It never follows a symlink.
-func diskUsage(dir string, max int) (int64, int) {
+// stopping at max entries, or the first error that left part of it
+// unread (an entry removed during the walk is not one). It never follows a
+// symlink.
+func diskUsage(dir string, max int) (int64, int, error) {
 	var used int64
 	n := 0
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
 			return nil
+		}
+		if err != nil {
+			return err
 		}
 		n++
 		if n >= max {
@@ -177,7 +195,7 @@ func diskUsage(dir string, max int) (int64, int) {
 		}
 		return nil
 	})
-	return used, n
+	return used, n, err
 }
 
 // broker is the box's side of connect(2) without namespaces: the two

@@ -396,6 +396,30 @@ func TestUnsharedBudgets(t *testing.T) {
 			t.Fatalf("halted_by = %v, %d bytes of stdout", rep.HaltedBy, len(rep.Stdout))
 		}
 	})
+	t.Run("max-scratch-hidden-folder", func(t *testing.T) {
+		// A folder the supervisor cannot read (chmod 000, as the caller's
+		// uid) must not hide what it holds from the scratch watcher.
+		if os.Geteuid() == 0 {
+			t.Skip("root reads a chmod 000 folder anyway (CAP_DAC_READ_SEARCH): the hiding works only against a rootless supervisor; the rootless subset runs this")
+		}
+		rep := runL(t, policy.Spec{Budget: budget.Limits{Scratch: 1 << 20, Wall: 20 * time.Second}}, sandbox.Config{}, "/usr/bin/python3", "-c", `
+import os, tempfile, time
+print(tempfile.gettempdir(), flush=True)
+d = os.path.join(tempfile.gettempdir(), "hidden")
+os.mkdir(d)
+with open(os.path.join(d, "big"), "wb") as f:
+    f.write(os.urandom(4 << 20))
+os.chmod(d, 0)
+time.sleep(30)`)
+		if rep.HaltedBy == nil || *rep.HaltedBy != "max_scratch" {
+			t.Fatalf("halted_by = %v, want max_scratch\n%s\n%s", rep.HaltedBy, rep.Stdout, rep.Stderr)
+		}
+		if d := strings.TrimSpace(rep.Stdout); !strings.Contains(d, "airlock-scratch-") {
+			t.Fatalf("TMPDIR inside = %q", d)
+		} else if _, err := os.Lstat(d); err == nil {
+			t.Fatalf("the scratch folder %s, with its unreadable folder, outlived the run", d)
+		}
+	})
 	t.Run("max-scratch", func(t *testing.T) {
 		rep := runL(t, policy.Spec{Budget: budget.Limits{Scratch: 1 << 20, Wall: 20 * time.Second}}, sandbox.Config{}, "/usr/bin/python3", "-c", `
 import os, tempfile, time

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 )
 
 // Candidates are where runsc is looked for, in order.
@@ -25,12 +26,26 @@ func Find() (bin, platform string, err error) {
 	return "", "", fmt.Errorf("runsc is not installed (looked in %v): apt-get install runsc, or see gvisor.dev", Candidates)
 }
 
+// platforms caches Platform's answer per binary (path, size and mtime):
+// asking runsc costs two process starts, which every gVisor sandbox's
+// start-up would otherwise pay.
+var platforms sync.Map
+
 // Platform returns the platform Find would pick for the runsc at bin.
 func Platform(bin string) string {
+	key := bin
+	if fi, err := os.Stat(bin); err == nil {
+		key = fmt.Sprintf("%s\x00%d\x00%d", bin, fi.Size(), fi.ModTime().UnixNano())
+	}
+	if p, ok := platforms.Load(key); ok {
+		return p.(string)
+	}
 	help, _ := exec.Command(bin, "help", "run").CombinedOutput() // lists the platforms
 	flags, _ := exec.Command(bin, "flags").CombinedOutput()
+	p := "ptrace"
 	if bytes.Contains(help, []byte("systrap")) || bytes.Contains(flags, []byte("systrap")) {
-		return "systrap"
+		p = "systrap"
 	}
-	return "ptrace"
+	platforms.Store(key, p)
+	return p
 }
