@@ -158,6 +158,11 @@ type Enforcement struct {
 	// FSDenials says whether filesystem denials can be reported on this
 	// host.
 	FSDenials string `json:"fs_denials"`
+	// Egress is how the sandbox reaches granted hosts: "proxy" (through
+	// airlock's proxy, by the proxy variables) or "proxy+transparent"
+	// (also any TCP connect by name or granted address, through airlock's
+	// DNS and connect broker). Empty when net_hosts grants nothing.
+	Egress string `json:"egress,omitempty"`
 }
 
 // Writes is what the copy back of a run's staged fs_write grants did

@@ -10,9 +10,6 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
-
-	"github.com/airlock-sandbox/airlock/policy"
-	"github.com/airlock-sandbox/airlock/policy/hostspec"
 )
 
 // handleConnect decides a CONNECT request and, when it is allowed, turns
@@ -49,74 +46,14 @@ func (p *Proxy) handleConnect(c net.Conn, hr *headReader, br *bufio.Reader, req 
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	var hello []byte
-	if !p.skipSNI {
-		c.SetReadDeadline(deadline)
-		switch tunnelProtocol(br) {
-		case protoHTTP:
-			// Plain HTTP through the tunnel (npm does this for http://
-			// registries). Each request is checked like a proxy request
-			// to the CONNECT authority, its Host header included, so the
-			// tunnel cannot front for another name.
-			c.SetReadDeadline(time.Time{})
-			p.serveRequests(c, hr, br, deadline, hostspec.Join(d.host, d.port))
-			return
-		case protoUnknown:
-			// Nothing, or not enough to tell, before the deadline: a
-			// client that sends "G", waits, then "ET / ... Host: other"
-			// must not get a raw tunnel, so this fails closed.
-			p.denyHint(opConnect, d.target, "the tunnel sent too little to tell its protocol before the deadline",
-				policy.Suggestion{}, "send the first bytes (a TLS ClientHello, an HTTP request line) right after the CONNECT; a protocol whose server speaks first goes through SOCKS5 (ALL_PROXY)")
-			return
-		case protoOther:
-			// Neither TLS nor HTTP, seen: bytes to the checked address, as
-			// SOCKS5 carries them. No name is sent that could front for
-			// another host.
-			c.SetReadDeadline(time.Time{})
-			up, err := p.dial(p.ctx, d)
-			if err != nil {
-				return
-			}
-			defer up.Close()
-			p.splice(c, br, up)
-			return
-		}
-		raw, sni, err := readClientHello(br)
-		c.SetReadDeadline(time.Time{})
-		if err != nil {
-			p.denyHint(opConnect, d.target, "tunnel did not open with a readable TLS ClientHello: "+err.Error(),
-				policy.Suggestion{}, "CONNECT carries only TLS to the granted host")
-			return
-		}
-		if !d.isIP {
-			// An IP literal was granted as an address, so any name may be
-			// asked of it; a name grant holds only for that name.
-			n, nerr := hostspec.NormalizeHost(sni)
-			if sni == "" || nerr != nil || n != d.host {
-				p.denyHint(opConnect, d.target, fmt.Sprintf("TLS server name %q does not match the CONNECT host %s", sni, d.host),
-					policy.Suggestion{}, "connect to the host named in the TLS ClientHello")
-				return
-			}
-		}
-		hello = raw
-	}
-	up, err := p.dial(p.ctx, d)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	if len(hello) > 0 {
-		if _, err := up.Write(hello); err != nil {
-			return
-		}
-	}
-	p.splice(c, br, up)
+	p.carry(c, hr, br, d, deadline, nil)
 }
 
 // splice copies both ways between the client (read through cr, which may
-// hold buffered bytes) and the upstream until both directions end, or until
-// neither direction carries data for the idle timeout.
-func (p *Proxy) splice(c net.Conn, cr io.Reader, up net.Conn) {
+// hold buffered bytes) and the upstream (read through ur, likewise) until
+// both directions end, or until neither direction carries data for the
+// idle timeout.
+func (p *Proxy) splice(c net.Conn, cr io.Reader, up net.Conn, ur io.Reader) {
 	var last atomic.Int64 // UnixNano of the last byte moved either way
 	last.Store(time.Now().UnixNano())
 	done := make(chan struct{})
@@ -124,7 +61,7 @@ func (p *Proxy) splice(c net.Conn, cr io.Reader, up net.Conn) {
 		defer close(done)
 		p.pipe(up, c, cr, &last)
 	}()
-	p.pipe(c, up, up, &last)
+	p.pipe(c, up, ur, &last)
 	<-done
 }
 

@@ -75,13 +75,26 @@ func newTLSTarget(t testing.TB) (*target, []byte, *x509.CertPool) {
 }
 
 func tlsHarness(t *testing.T) (*harness, *target, *x509.CertPool) {
+	return tlsHarnessVia(t, viaConnect)
+}
+
+// tlsHarnessVia is tlsHarness whose open goes via.
+func tlsHarnessVia(t *testing.T, via string) (*harness, *target, *x509.CertPool) {
 	t.Helper()
 	tg, _, pool := newTLSTarget(t)
 	h := startProxy(t, harnessConfig{
 		hosts:   []string{tg.hostPort("allowed.test"), tg.hostPort("127.0.0.1")},
 		resolve: map[string]string{"allowed.test": "127.0.0.1", "evil.test": "127.0.0.1"},
+		via:     via,
 	})
 	return h, tg, pool
+}
+
+// eachVia runs fn once for each way a tunnel opens.
+func eachVia(t *testing.T, fn func(t *testing.T, via string)) {
+	for _, via := range vias {
+		t.Run(via, func(t *testing.T) { fn(t, via) })
+	}
 }
 
 func TestConnectTLS(t *testing.T) {
@@ -126,88 +139,94 @@ type oneByte struct{ r io.Reader }
 func (o *oneByte) Read(p []byte) (int, error) { return o.r.Read(p[:1]) }
 
 func TestConnectDenied(t *testing.T) {
-	h, tg, pool := tlsHarness(t)
-	okHP := tg.hostPort("allowed.test")
-	tests := []struct {
-		name       string
-		authority  string
-		wantStatus int
-		send       func(c net.Conn) error // runs after a 200
-		wantReason string
-	}{
-		{"not-granted", tg.hostPort("evil.test"), 403, nil, "not in net_hosts"},
-		{"ip-literal-unlisted", tg.hostPort("::1"), 403, nil, "listed exactly"},
-		{"port-not-granted", "allowed.test:1", 403, nil, "not in net_hosts"},
-		{"hex-ipv4", tg.hostPort("0x7f.1"), 403, nil, "0x7f.1"},
-		{"sni-mismatch", okHP, 200, func(c net.Conn) error {
-			return tls.Client(c, &tls.Config{ServerName: "evil.test", RootCAs: pool}).Handshake()
-		}, `"evil.test" does not match`},
-		{"no-sni", okHP, 200, func(c net.Conn) error {
-			return tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake()
-		}, `"" does not match`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, status := openTunnel(t, h.httpAddr, tt.authority)
-			if status != tt.wantStatus {
-				t.Fatalf("CONNECT %s = %d, want %d", tt.authority, status, tt.wantStatus)
-			}
-			if tt.send != nil {
-				if err := tt.send(c); err == nil {
-					t.Errorf("tunnel carried the handshake, want it closed")
+	eachVia(t, func(t *testing.T, via string) {
+		h, tg, pool := tlsHarnessVia(t, via)
+		okHP := tg.hostPort("allowed.test")
+		tests := []struct {
+			name       string
+			authority  string
+			wantStatus int
+			send       func(c net.Conn) error // runs after a 200
+			wantReason string
+		}{
+			{"not-granted", tg.hostPort("evil.test"), 403, nil, "not in net_hosts"},
+			{"ip-literal-unlisted", tg.hostPort("::1"), 403, nil, "listed exactly"},
+			{"port-not-granted", "allowed.test:1", 403, nil, "not in net_hosts"},
+			{"hex-ipv4", tg.hostPort("0x7f.1"), 403, nil, "0x7f.1"},
+			{"sni-mismatch", okHP, 200, func(c net.Conn) error {
+				return tls.Client(c, &tls.Config{ServerName: "evil.test", RootCAs: pool}).Handshake()
+			}, `"evil.test" does not match`},
+			{"no-sni", okHP, 200, func(c net.Conn) error {
+				return tls.Client(c, &tls.Config{InsecureSkipVerify: true}).Handshake()
+			}, `"" does not match`},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				c, status := h.open(t, tt.authority)
+				if status != tt.wantStatus {
+					t.Fatalf("CONNECT %s = %d, want %d", tt.authority, status, tt.wantStatus)
 				}
-			}
-			if n := tg.accepted(); n != 0 {
-				t.Fatalf("server accepted %d connections, want 0", n)
-			}
-			var found bool
-			for _, e := range h.rec.Denials() {
-				found = found || (e.Layer == "net" && e.Op == "connect" && e.Rule == "net_hosts" && strings.Contains(e.Message, tt.wantReason))
-			}
-			if !found {
-				t.Errorf("no denial containing %q in audit: %+v", tt.wantReason, h.rec.Denials())
-			}
-		})
-	}
-	if d := h.dialer.dialed(); len(d) != 0 {
-		t.Errorf("dialed %q, want nothing", d)
-	}
+				if tt.send != nil {
+					if err := tt.send(c); err == nil {
+						t.Errorf("tunnel carried the handshake, want it closed")
+					}
+				}
+				if n := h.touched(tg); n != 0 {
+					t.Fatalf("server was reached %d times, want 0", n)
+				}
+				var found bool
+				for _, e := range h.rec.Denials() {
+					found = found || (e.Layer == "net" && e.Op == "connect" && e.Rule == "net_hosts" && strings.Contains(e.Message, tt.wantReason))
+				}
+				if !found {
+					t.Errorf("no denial containing %q in audit: %+v", tt.wantReason, h.rec.Denials())
+				}
+			})
+		}
+		if d := h.dialer.dialed(); via == viaConnect && len(d) != 0 {
+			t.Errorf("dialed %q, want nothing", d)
+		}
+	})
 }
 
 func TestConnectSNIVariants(t *testing.T) {
-	h, tg, pool := tlsHarness(t)
-	for _, sni := range []string{"allowed.test", "ALLOWED.TEST", "allowed.test."} {
-		t.Run(sni, func(t *testing.T) {
-			c, status := openTunnel(t, h.httpAddr, tg.hostPort("allowed.test"))
-			if status != 200 {
-				t.Fatalf("CONNECT = %d, want 200", status)
-			}
-			tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: pool})
-			if err := tc.Handshake(); err != nil {
-				t.Errorf("handshake with SNI %q: %v", sni, err)
-			}
-		})
-	}
+	eachVia(t, func(t *testing.T, via string) {
+		h, tg, pool := tlsHarnessVia(t, via)
+		for _, sni := range []string{"allowed.test", "ALLOWED.TEST", "allowed.test."} {
+			t.Run(sni, func(t *testing.T) {
+				c, status := h.open(t, tg.hostPort("allowed.test"))
+				if status != 200 {
+					t.Fatalf("CONNECT = %d, want 200", status)
+				}
+				tc := tls.Client(c, &tls.Config{ServerName: sni, RootCAs: pool})
+				if err := tc.Handshake(); err != nil {
+					t.Errorf("handshake with SNI %q: %v", sni, err)
+				}
+			})
+		}
+	})
 }
 
 // TestCloseEndsTunnels opens a working tunnel, closes the proxy and waits
 // for the tunnel to end.
 func TestCloseEndsTunnels(t *testing.T) {
-	h, tg, pool := tlsHarness(t)
-	c, status := openTunnel(t, h.httpAddr, tg.hostPort("allowed.test"))
-	if status != 200 {
-		t.Fatalf("CONNECT = %d, want 200", status)
-	}
-	tc := tls.Client(c, &tls.Config{ServerName: "allowed.test", RootCAs: pool})
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.p.Close(); err != nil {
-		t.Fatalf("Close() = %v", err)
-	}
-	// Returns only once the proxy has closed the tunnel (session tickets
-	// the server sent may still be read first).
-	io.Copy(io.Discard, c)
+	eachVia(t, func(t *testing.T, via string) {
+		h, tg, pool := tlsHarnessVia(t, via)
+		c, status := h.open(t, tg.hostPort("allowed.test"))
+		if status != 200 {
+			t.Fatalf("CONNECT = %d, want 200", status)
+		}
+		tc := tls.Client(c, &tls.Config{ServerName: "allowed.test", RootCAs: pool})
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.p.Close(); err != nil {
+			t.Fatalf("Close() = %v", err)
+		}
+		// Returns only once the proxy has closed the tunnel (session tickets
+		// the server sent may still be read first).
+		io.Copy(io.Discard, c)
+	})
 }
 
 // TestConnectPlainHTTP: a CONNECT tunnel that carries plain HTTP (npm's
@@ -216,92 +235,96 @@ func TestCloseEndsTunnels(t *testing.T) {
 // URL, a CONNECT inside, or a request with no Host is refused and the
 // evil server gets nothing.
 func TestConnectPlainHTTP(t *testing.T) {
-	h, ok, evil := twoServers(t)
-	okHP := ok.hostPort("allowed.test")
-	c, status := openTunnel(t, h.httpAddr, okHP)
-	if status != 200 {
-		t.Fatalf("CONNECT %s = %d", okHP, status)
-	}
-	br := bufio.NewReader(c)
-	for i := range 2 { // keep-alive: two requests on one tunnel
-		fmt.Fprintf(c, "GET /x%d HTTP/1.1\r\nHost: %s\r\n\r\n", i, okHP)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("request %d through the tunnel: %v", i, err)
+	eachVia(t, func(t *testing.T, via string) {
+		h, ok, evil := twoServersVia(t, via)
+		okHP := ok.hostPort("allowed.test")
+		c, status := h.open(t, okHP)
+		if status != 200 {
+			t.Fatalf("CONNECT %s = %d", okHP, status)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.HasPrefix(string(b), "hello from allowed host="+okHP) {
-			t.Fatalf("request %d = %d %q", i, resp.StatusCode, b)
+		br := bufio.NewReader(c)
+		for i := range 2 { // keep-alive: two requests on one tunnel
+			fmt.Fprintf(c, "GET /x%d HTTP/1.1\r\nHost: %s\r\n\r\n", i, okHP)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("request %d through the tunnel: %v", i, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.HasPrefix(string(b), "hello from allowed host="+okHP) {
+				t.Fatalf("request %d = %d %q", i, resp.StatusCode, b)
+			}
 		}
-	}
-	for name, req := range map[string]string{
-		"fronting-host": "GET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
-		"fronting-port": "GET / HTTP/1.1\r\nHost: allowed.test:1\r\n\r\n",
-		"absolute-url":  "GET http://" + evil.hostPort("evil.test") + "/ HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
-		"connect":       "CONNECT " + evil.hostPort("evil.test") + " HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
-		"no-host":       "GET / HTTP/1.0\r\n\r\n",
-		"blank-line":    "\r\nGET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
-		"lowercase":     "get / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
-		"tab":           "GET\t/ HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
-	} {
-		t.Run(name, func(t *testing.T) {
-			c, status := openTunnel(t, h.httpAddr, okHP)
-			if status != 200 {
-				t.Fatalf("CONNECT = %d", status)
-			}
-			io.WriteString(c, req)
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil || resp.StatusCode < 400 {
-				t.Fatalf("%q through the tunnel = %v %v, want a refusal", req, resp, err)
-			}
-		})
-	}
-	if n := evil.accepted(); n != 0 {
-		t.Fatalf("the evil server accepted %d connections", n)
-	}
+		for name, req := range map[string]string{
+			"fronting-host": "GET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			"fronting-port": "GET / HTTP/1.1\r\nHost: allowed.test:1\r\n\r\n",
+			"absolute-url":  "GET http://" + evil.hostPort("evil.test") + "/ HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			"connect":       "CONNECT " + evil.hostPort("evil.test") + " HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			"no-host":       "GET / HTTP/1.0\r\n\r\n",
+			"blank-line":    "\r\nGET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			"lowercase":     "get / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			"tab":           "GET\t/ HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+		} {
+			t.Run(name, func(t *testing.T) {
+				c, status := h.open(t, okHP)
+				if status != 200 {
+					t.Fatalf("CONNECT = %d", status)
+				}
+				io.WriteString(c, req)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil || resp.StatusCode < 400 {
+					t.Fatalf("%q through the tunnel = %v %v, want a refusal", req, resp, err)
+				}
+			})
+		}
+		if n := evil.accepted(); n != 0 {
+			t.Fatalf("the evil server accepted %d connections", n)
+		}
+	})
 }
 
 // TestConnectOtherProtocols: a tunnel that opens with neither TLS nor an
 // HTTP request line (an SSH banner) carries its bytes to the checked
 // address, as SOCKS5 does; one to a host that is not granted never opens.
 func TestConnectOtherProtocols(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	got := make(chan string, 1)
-	go func() {
-		c, err := ln.Accept()
+	eachVia(t, func(t *testing.T, via string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return
+			t.Fatal(err)
 		}
-		defer c.Close()
-		b := make([]byte, 64)
-		n, _ := c.Read(b)
-		got <- string(b[:n])
-		io.WriteString(c, "SSH-2.0-server\r\n")
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
-	h := startProxy(t, harnessConfig{hosts: []string{fmt.Sprintf("git.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)}, resolve: map[string]string{"git.test": "127.0.0.1"}})
-	c, status := openTunnel(t, h.httpAddr, fmt.Sprintf("git.test:%d", port))
-	if status != 200 {
-		t.Fatalf("CONNECT = %d", status)
-	}
-	io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n")
-	select {
-	case b := <-got:
-		if b != "SSH-2.0-OpenSSH_9.2\r\n" {
-			t.Fatalf("the server got %q", b)
+		defer ln.Close()
+		got := make(chan string, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			b := make([]byte, 64)
+			n, _ := c.Read(b)
+			got <- string(b[:n])
+			io.WriteString(c, "SSH-2.0-server\r\n")
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		h := startProxy(t, harnessConfig{hosts: []string{fmt.Sprintf("git.test:%d", port), fmt.Sprintf("127.0.0.1:%d", port)}, resolve: map[string]string{"git.test": "127.0.0.1"}, via: via})
+		c, status := h.open(t, fmt.Sprintf("git.test:%d", port))
+		if status != 200 {
+			t.Fatalf("CONNECT = %d", status)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the SSH banner did not reach the granted host")
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || line != "SSH-2.0-server\r\n" {
-		t.Fatalf("the server's banner came back as %q, %v", line, err)
-	}
+		io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n")
+		select {
+		case b := <-got:
+			if b != "SSH-2.0-OpenSSH_9.2\r\n" {
+				t.Fatalf("the server got %q", b)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the SSH banner did not reach the granted host")
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || line != "SSH-2.0-server\r\n" {
+			t.Fatalf("the server's banner came back as %q, %v", line, err)
+		}
+	})
 }
 
 // TestConnectSplitRequestLine: a client that sends "G", waits past the
@@ -309,26 +332,28 @@ func TestConnectOtherProtocols(t *testing.T) {
 // to the granted address if too little to tell were taken for "not HTTP":
 // it is refused, and the server behind the granted address gets nothing.
 func TestConnectSplitRequestLine(t *testing.T) {
-	ok, evil := newTarget(t, "allowed"), newTarget(t, "evil")
-	h := startProxy(t, harnessConfig{hosts: []string{ok.hostPort("allowed.test"), ok.hostPort("127.0.0.1")},
-		resolve: map[string]string{"allowed.test": "127.0.0.1"}, timeout: 300 * time.Millisecond})
-	for name, first := range map[string]string{"one-letter": "G", "nothing": ""} {
-		t.Run(name, func(t *testing.T) {
-			c, status := openTunnel(t, h.httpAddr, ok.hostPort("allowed.test"))
-			if status != 200 {
-				t.Fatalf("CONNECT = %d", status)
-			}
-			io.WriteString(c, first)
-			time.Sleep(600 * time.Millisecond)
-			full := "GET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n"
-			io.WriteString(c, full[len(first):])
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if b, _ := io.ReadAll(c); strings.Contains(string(b), "hello from") {
-				t.Fatalf("the split request reached a server: %q", b)
-			}
-		})
-	}
-	if n := ok.accepted() + evil.accepted(); n != 0 {
-		t.Fatalf("servers accepted %d connections", n)
-	}
+	eachVia(t, func(t *testing.T, via string) {
+		ok, evil := newTarget(t, "allowed"), newTarget(t, "evil")
+		h := startProxy(t, harnessConfig{hosts: []string{ok.hostPort("allowed.test"), ok.hostPort("127.0.0.1")},
+			resolve: map[string]string{"allowed.test": "127.0.0.1"}, timeout: 300 * time.Millisecond, via: via})
+		for name, first := range map[string]string{"one-letter": "G", "nothing": ""} {
+			t.Run(name, func(t *testing.T) {
+				c, status := h.open(t, ok.hostPort("allowed.test"))
+				if status != 200 {
+					t.Fatalf("CONNECT = %d", status)
+				}
+				io.WriteString(c, first)
+				time.Sleep(600 * time.Millisecond)
+				full := "GET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n"
+				io.WriteString(c, full[len(first):])
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if b, _ := io.ReadAll(c); strings.Contains(string(b), "hello from") {
+					t.Fatalf("the split request reached a server: %q", b)
+				}
+			})
+		}
+		if n := h.touched(ok) + h.touched(evil); n != 0 {
+			t.Fatalf("servers were reached %d times", n)
+		}
+	})
 }

@@ -17,6 +17,16 @@
 // ClientHello whose SNI names the host that was granted, so a tunnel to an
 // allowed name cannot carry a TLS session for another one.
 //
+// Transparent egress (the namespace backend) adds two front ends for
+// programs that ignore the proxy variables. ServeDNS answers the sandbox's
+// DNS from the policy alone: a granted name gets an address in
+// SyntheticPrefix that stands for it for the run (Names), any other name
+// NXDOMAIN, and nothing is ever asked upstream. When the sandbox connects
+// to such an address (or to a granted IP literal), the supervisor's
+// connect broker calls OpenTunnel, which decides and dials exactly as for
+// a CONNECT, and connects the sandbox's own socket to ServeTunnels'
+// listener, which carries it as a CONNECT tunnel is carried.
+//
 // It stops exfiltration and lateral movement by sandboxed code: reaching a
 // host not in net_hosts, reaching the host's own services or a metadata
 // endpoint through an allowed name, and smuggling a second request past the

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,6 +159,33 @@ type harness struct {
 	res       *fakeResolver
 	dialer    *recordingDialer
 	meter     *budget.Meter
+
+	via        string // viaConnect or viaTransparent: how open reaches a destination
+	tunnelAddr string // the transparent listener (ServeTunnels)
+	mu         sync.Mutex
+	pending    map[uint16]*egress.Tunnel // guarded by mu: by the source port of the connection that claims it
+}
+
+// How a test's tunnel reaches its destination: a CONNECT request to the
+// HTTP proxy, or the transparent path, where the supervisor opens a
+// Tunnel while the sandbox's connect waits and the connection arrives at
+// ServeTunnels' listener. Tests of what a tunnel carries run both.
+const (
+	viaConnect     = "connect"
+	viaTransparent = "transparent"
+)
+
+var vias = []string{viaConnect, viaTransparent}
+
+// touched reports whether the proxy carried anything to tg: a connection
+// for CONNECT, which dials only after the first bytes are checked; a
+// request for the transparent path, which dials while the client's connect
+// waits (the server sees a connection that carries nothing).
+func (h *harness) touched(tg *target) int64 {
+	if h.via == viaTransparent {
+		return tg.requests.Load()
+	}
+	return tg.accepted()
 }
 
 type harnessConfig struct {
@@ -167,6 +195,7 @@ type harnessConfig struct {
 	skipSNI bool
 	advice  bool          // egress.Config.AgentAdvice
 	timeout time.Duration // egress.Config.HandshakeTimeout; 0 for the default
+	via     string        // viaConnect (the default) or viaTransparent
 }
 
 func startProxy(t testing.TB, hc harnessConfig) *harness {
@@ -196,16 +225,87 @@ func startProxy(t testing.TB, hc harnessConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.httpAddr, h.socksAddr = hl.Addr().String(), sl.Addr().String()
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.httpAddr, h.socksAddr, h.tunnelAddr = hl.Addr().String(), sl.Addr().String(), tl.Addr().String()
+	h.via, h.pending = hc.via, map[uint16]*egress.Tunnel{}
+	if h.via == "" {
+		h.via = viaConnect
+	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); serveErr(t, h.p.ServeHTTPProxy(hl)) }()
 	go func() { defer wg.Done(); serveErr(t, h.p.ServeSOCKS5(sl)) }()
+	go func() { defer wg.Done(); serveErr(t, h.p.ServeTunnels(tl, h.claim)) }()
 	t.Cleanup(func() {
 		h.p.Close()
 		wg.Wait()
 	})
 	return h
+}
+
+// claim hands ServeTunnels the Tunnel registered for the source port.
+func (h *harness) claim(remote netip.AddrPort) *egress.Tunnel {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	tn := h.pending[remote.Port()]
+	delete(h.pending, remote.Port())
+	return tn
+}
+
+// open reaches authority through the proxy as h.via says and returns the
+// connection and a status: CONNECT's, or for the transparent path 200
+// when the Tunnel opened, 403 for a denial and 502 for anything else (the
+// errno the sandbox's connect would have got).
+func (h *harness) open(t testing.TB, authority string) (net.Conn, int) {
+	t.Helper()
+	if h.via == viaConnect {
+		return openTunnel(t, h.httpAddr, authority)
+	}
+	host, ps, err := net.SplitHostPort(authority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := h.p.OpenTunnel(context.Background(), host, uint16(port))
+	var de *policy.DenyError
+	switch {
+	case errors.As(err, &de):
+		return nil, http.StatusForbidden
+	case err != nil:
+		return nil, http.StatusBadGateway
+	}
+	// The source port is bound and registered before the connect, so the
+	// listener can never accept the connection before its Tunnel is known:
+	// what the connect broker does.
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var berr error
+		cerr := rc.Control(func(fd uintptr) {
+			if berr = syscall.Bind(int(fd), &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); berr != nil {
+				return
+			}
+			sa, err := syscall.Getsockname(int(fd))
+			if berr = err; err != nil {
+				return
+			}
+			h.mu.Lock()
+			h.pending[uint16(sa.(*syscall.SockaddrInet4).Port)] = tn
+			h.mu.Unlock()
+		})
+		return errors.Join(cerr, berr)
+	}}
+	c, err := d.Dial("tcp", h.tunnelAddr)
+	if err != nil {
+		tn.Close()
+		t.Fatalf("connect to the transparent listener: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, http.StatusOK
 }
 
 func serveErr(t testing.TB, err error) {

@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +40,7 @@ func (p *Proxy) ServeHTTPProxy(l net.Listener) error { return p.serve(l, p.handl
 // bytes trickling in never move. Until a head is complete the connection
 // holds only headReader's small buffer.
 func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
-	p.serveRequests(c, &headReader{r: c}, nil, accepted.Add(p.handshake), "")
+	p.serveRequests(c, &headReader{r: c}, nil, accepted.Add(p.handshake), "", nil)
 }
 
 // serveRequests is handleHTTP's loop. hr reads the connection; br, when
@@ -47,9 +49,11 @@ func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
 // requests are origin-form ("GET /path", as a client that was told it
 // reached the server sends them) and are forwarded to that authority,
 // each checked and charged as a proxy request to it, its Host header
-// included; a CONNECT inside is refused.
-func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, deadline time.Time, tunnel string) {
-	up := &upstream{}
+// included; a CONNECT inside is refused. pre, when not nil, is a
+// connection to the tunnel's destination already dialed (a Tunnel's),
+// which the first request uses when its decision checked that address.
+func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, deadline time.Time, tunnel string, pre net.Conn) {
+	up := &upstream{pre: pre}
 	defer up.close()
 	for first := true; ; first = false {
 		if br != nil {
@@ -319,6 +323,19 @@ func (p *Proxy) writeResponse(c net.Conn, req *http.Request, resp *http.Response
 type upstream struct {
 	key string
 	tr  *http.Transport
+	pre net.Conn // a connection dialed before the first request, used once
+}
+
+// dial returns pre when it goes to one of d's checked addresses (once),
+// else a new connection to them.
+func (u *upstream) dial(ctx context.Context, p *Proxy, d *decision) (net.Conn, error) {
+	if c := u.pre; c != nil {
+		u.pre = nil
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && slices.Contains(d.addrs, netip.AddrPortFrom(a.AddrPort().Addr().Unmap(), a.AddrPort().Port())) {
+			return c, nil
+		}
+	}
+	return p.dial(ctx, d)
 }
 
 func (u *upstream) transport(p *Proxy, d *decision) *http.Transport {
@@ -331,7 +348,7 @@ func (u *upstream) transport(p *Proxy, d *decision) *http.Transport {
 	u.tr = &http.Transport{
 		// The address argument (from the URL) is ignored: only the
 		// addresses this decision checked are dialed.
-		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return p.dial(ctx, d) },
+		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return u.dial(ctx, p, d) },
 		Proxy:                  nil,
 		DisableCompression:     true, // pass Accept-Encoding and bodies through untouched
 		MaxIdleConnsPerHost:    1,

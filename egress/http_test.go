@@ -16,6 +16,11 @@ import (
 // twoServers starts the granted server and one that must never be reached,
 // and a proxy granting only allowed.test and 127.0.0.1 on the first.
 func twoServers(t *testing.T) (*harness, *target, *target) {
+	return twoServersVia(t, viaConnect)
+}
+
+// twoServersVia is twoServers whose open goes via.
+func twoServersVia(t *testing.T, via string) (*harness, *target, *target) {
 	t.Helper()
 	ok, evil := newTarget(t, "allowed"), newTarget(t, "evil")
 	h := startProxy(t, harnessConfig{
@@ -24,6 +29,7 @@ func twoServers(t *testing.T) (*harness, *target, *target) {
 			"allowed.test": "127.0.0.1", "evil.test": "127.0.0.1",
 			"evilallowed.test": "127.0.0.1", "allowed.test.evil.test": "127.0.0.1",
 		},
+		via: via,
 	})
 	return h, ok, evil
 }

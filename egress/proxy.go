@@ -135,11 +135,12 @@ type Proxy struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // one per connection handler
 
-	mu        sync.Mutex
-	closed    bool                      // guarded by mu
-	listeners map[net.Listener]struct{} // guarded by mu
-	conns     map[net.Conn]struct{}     // guarded by mu; client and upstream conns
-	clients   int                       // guarded by mu; client conns in conns
+	mu          sync.Mutex
+	closed      bool                        // guarded by mu
+	listeners   map[net.Listener]struct{}   // guarded by mu
+	conns       map[net.Conn]struct{}       // guarded by mu; client and upstream conns
+	packetConns map[net.PacketConn]struct{} // guarded by mu; ServeDNS sockets
+	clients     int                         // guarded by mu; client conns in conns
 }
 
 // New checks cfg and returns a Proxy that serves nothing until
@@ -152,19 +153,20 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, errors.New("egress: config has no budget meter; every egress op must be counted")
 	}
 	p := &Proxy{
-		policy:    cfg.Policy,
-		meter:     cfg.Meter,
-		audit:     cfg.Audit,
-		resolver:  cfg.Resolver,
-		dialer:    cfg.Dialer,
-		log:       cfg.Logger,
-		skipSNI:   cfg.SkipSNICheck,
-		idle:      cfg.IdleTimeout,
-		handshake: cfg.HandshakeTimeout,
-		maxConns:  cfg.MaxConns,
-		advice:    cfg.AgentAdvice,
-		listeners: make(map[net.Listener]struct{}),
-		conns:     make(map[net.Conn]struct{}),
+		policy:      cfg.Policy,
+		meter:       cfg.Meter,
+		audit:       cfg.Audit,
+		resolver:    cfg.Resolver,
+		dialer:      cfg.Dialer,
+		log:         cfg.Logger,
+		skipSNI:     cfg.SkipSNICheck,
+		idle:        cfg.IdleTimeout,
+		handshake:   cfg.HandshakeTimeout,
+		maxConns:    cfg.MaxConns,
+		advice:      cfg.AgentAdvice,
+		listeners:   make(map[net.Listener]struct{}),
+		conns:       make(map[net.Conn]struct{}),
+		packetConns: make(map[net.PacketConn]struct{}),
 	}
 	if p.audit == nil {
 		p.audit = audit.Discard
@@ -208,6 +210,9 @@ func (p *Proxy) Close() error {
 	}
 	for c := range p.conns {
 		ls = append(ls, c)
+	}
+	for pc := range p.packetConns {
+		ls = append(ls, pc)
 	}
 	p.mu.Unlock()
 	// Closed outside mu: an upstream conn's Close takes mu to untrack itself.

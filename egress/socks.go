@@ -68,7 +68,7 @@ func (p *Proxy) handleSOCKS(c net.Conn, accepted time.Time) {
 	if writeSOCKSReply(c, socksRepSucceeded) != nil {
 		return
 	}
-	p.splice(c, br, up)
+	p.splice(c, br, up, up)
 }
 
 // readSOCKSRequest runs the method negotiation and reads the request. It

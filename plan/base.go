@@ -59,8 +59,8 @@ func synthesized() []Mount {
 		{"/etc/passwd", "root:x:0:0:airlock sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
 		{"/etc/group", "root:x:0:\nnogroup:x:65534:\n"},
 		{"/etc/hosts", "127.0.0.1\tlocalhost airlock\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
-		{"/etc/resolv.conf", "# airlock: there is no DNS inside the sandbox; HTTP_PROXY, HTTPS_PROXY and ALL_PROXY resolve names outside.\n"},
-		{"/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n"},
+		{"/etc/resolv.conf", plainResolv},
+		{"/etc/nsswitch.conf", plainNSSwitch},
 	}
 	out := make([]Mount, 0, len(files))
 	for _, f := range files {

@@ -43,6 +43,9 @@ func (pl *Plan) String() string {
 			fmt.Fprintf(&b, "  allow    %-40s [net_hosts]\n", h)
 		}
 		b.WriteString("  everything else, and any name that resolves to a private, loopback or metadata address not listed exactly, is refused before a connection is made\n")
+		if pl.Transparent {
+			fmt.Fprintf(&b, "  transparent: airlock's DNS at 127.0.0.1:%d answers names in net_hosts with addresses airlock maps back (NXDOMAIN for the rest; no query leaves); connect(2) goes to the supervisor, which connects a granted name:port through the proxy (its tunnel listener at 127.0.0.1:%d) and lets the kernel connect the sandbox's own loopback\n", DNSPort, TunnelPort)
+		}
 	} else {
 		b.WriteString("  no net_hosts: no way out at all (no proxy, no DNS)\n")
 	}

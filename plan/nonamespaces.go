@@ -46,6 +46,7 @@ func WithoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
 	if err := needsNamespaces(pl, p); err != nil {
 		return err
 	}
+	WithoutTransparentEgress(pl)
 	WritesInPlace(pl)
 	var mounts []Mount
 	for _, m := range pl.Mounts {

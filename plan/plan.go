@@ -165,6 +165,10 @@ type Plan struct {
 	Rules    []Rule   `json:"landlock_rules"`
 	// Proxy says whether egress listeners are created (net_hosts not empty).
 	Proxy bool `json:"proxy"`
+	// Transparent says whether connect(2) goes to the supervisor and
+	// airlock's DNS answers inside (withTransparentEgress): on with Proxy
+	// for the namespace backend, off for the others.
+	Transparent bool `json:"transparent,omitempty"`
 	// NetHosts are the net_hosts entries the proxy admits (for explain).
 	NetHosts []string `json:"net_hosts,omitempty"`
 	// RequireLandlock is false only when the policy accepts the downgrade.
@@ -401,6 +405,7 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 			env = append(env, e)
 		}
 		pl.Env = append(env, proxyEnv(extra)...)
+		withTransparentEgress(pl)
 	}
 	fsize := uint64(max(lim.Scratch, 1<<30))
 	cpu := uint64((lim.CPU + 999_999_999) / 1_000_000_000)

@@ -74,8 +74,15 @@ func TestCompileGolden(t *testing.T) {
 	if err := json.Unmarshal(js, &back); err != nil || !reflect.DeepEqual(&back, pl) {
 		t.Fatalf("the plan does not survive JSON, which is how nsinit receives it: %v", err)
 	}
-	if !reflect.DeepEqual(pl.Seccomp, plan.DefaultSeccomp()) {
-		t.Error("Compile did not put DefaultSeccomp in the plan")
+	if !pl.Transparent {
+		t.Error("a plan with net_hosts has no transparent egress")
+	}
+	plan.WithoutTransparentEgress(&back) // a copy: back shares nothing with pl
+	if !reflect.DeepEqual(back.Seccomp, plan.DefaultSeccomp()) {
+		t.Error("Compile did not put DefaultSeccomp in the plan, connect(2) aside")
+	}
+	if back.Transparent || strings.Contains(back.String(), "nameserver") {
+		t.Error("WithoutTransparentEgress left transparent egress on")
 	}
 	rest := *pl
 	rest.Seccomp = plan.Seccomp{}

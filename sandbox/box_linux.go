@@ -75,7 +75,9 @@ type box struct {
 	lim   *limits
 	stage *staging
 	proxy atomic.Pointer[egress.Proxy]
-	ctl   *control // set once launched
+	// transparent is set once the tunnel listener and DNS are served.
+	transparent atomic.Pointer[transparent]
+	ctl         *control // set once launched
 
 	halted firstHalt
 

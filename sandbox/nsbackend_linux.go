@@ -36,6 +36,11 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err := b.openStageAndLimits("namespaces"); err != nil {
 		return nil, err
 	}
+	if b.pl.Transparent {
+		b.enf.Egress = EgressTransparent
+	} else if b.pl.Proxy {
+		b.enf.Egress = EgressProxy
+	}
 	ctl, err := startInit(b, cloneFlags)
 	if err != nil {
 		b.lim.finish(b)
@@ -260,7 +265,11 @@ func readControl(b *box, ctl *control) {
 			b.serveProxy(fds)
 			continue
 		case nsinit.MsgBroker:
-			b.serveBroker(ctl, fds)
+			if b.pl.NoNamespaces {
+				b.serveBroker(ctl, fds)
+			} else {
+				b.serveTransparentBroker(ctl, fds)
+			}
 			continue
 		case nsinit.MsgMounts:
 			if err := b.stage.receive(m.Staged, fds); err != nil {
@@ -289,8 +298,13 @@ func (b *box) serveProxyOn(fds []int, admit func(net.Conn) bool) {
 	// never gets one. (Closing a number twice could close whatever reused it.)
 	owned := 0
 	defer func() { closeFDs(fds[owned:]) }()
-	if len(fds) != 2 {
-		b.log.Error("egress: expected 2 listener fds", "got", len(fds))
+	want := 2
+	if b.pl.Transparent {
+		want = 4 // and the tunnel listener and the DNS socket
+	}
+	if len(fds) != want {
+		b.log.Error("egress: wrong number of listener fds", "want", want, "got", len(fds))
+		b.kill() // fail closed: what the plan promised cannot be served
 		return
 	}
 	p, err := egress.New(egress.Config{Policy: b.cfg.Policy, Meter: b.meter, Audit: b.sink, Resolver: b.cfg.Resolver, Dialer: b.cfg.Dialer, Logger: b.log,
@@ -313,6 +327,13 @@ func (b *box) serveProxyOn(fds []int, admit func(net.Conn) bool) {
 			l = &admitListener{Listener: l, admit: admit}
 		}
 		go func() { _ = serve(l) }() // returns when Close closes the listener
+	}
+	if want == 4 {
+		owned = 4 // serveTransparent owns them now
+		if err := b.serveTransparent(p, fds[2], fds[3]); err != nil {
+			b.log.Error("egress", "err", err)
+			b.kill()
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
+	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // ociRuntime is one runtime airlock can drive.
@@ -82,6 +83,14 @@ func (o ociBackend) launch(b *box) (*control, error) {
 	rt, err := findRuntime(runtimeName)
 	if err != nil {
 		return nil, err
+	}
+	// The runtime makes the network namespace and applies what it
+	// applies: no connect broker there, so no transparent egress.
+	if b.pl, err = plan.WithoutTransparentEgressCopy(b.pl); err != nil {
+		return nil, err
+	}
+	if b.pl.Proxy {
+		b.enf.Egress = EgressProxy
 	}
 	id := hostID(b.pl)
 	if rt.sentry {

@@ -73,6 +73,9 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 		b.enf.Weaker = append(b.enf.Weaker, "namespaces: "+ub.why)
 	}
 	b.enf.Weaker = append(b.enf.Weaker, weakerUnshared...)
+	if b.pl.Proxy {
+		b.enf.Egress = EgressProxy
+	}
 	if os.Getuid() == 0 {
 		b.enf.Weaker = append(b.enf.Weaker, "uid: the sandbox runs as root's uid with every capability dropped (no user namespace to give it another): Landlock and seccomp, not file permissions, keep it from root's files")
 	}

@@ -127,6 +127,12 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if pl == nil || p == nil {
 		return nil, errors.New("k8s: export: plan and policy are required")
 	}
+	// An exported sandbox has no connect broker: its programs use the
+	// proxy variables, and there is no DNS inside.
+	pl, err := plan.WithoutTransparentEgressCopy(pl)
+	if err != nil {
+		return nil, err
+	}
 	o, err := opts.withDefaults(pl)
 	if err != nil {
 		return nil, err

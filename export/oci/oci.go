@@ -115,6 +115,12 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 	if pl == nil || p == nil {
 		return nil, errors.New("oci: config: plan and policy are required")
 	}
+	// An exported sandbox has no connect broker: its programs use the
+	// proxy variables, and there is no DNS inside.
+	pl, err := plan.WithoutTransparentEgressCopy(pl)
+	if err != nil {
+		return nil, err
+	}
 	uids, gids, err := idMappings(pl.IDMap, opts.HostID)
 	if err != nil {
 		return nil, err

@@ -317,6 +317,20 @@ func (p Pattern) Match(host string, port uint16) bool {
 	return false
 }
 
+// MatchName reports whether p is a name pattern that grants host on some
+// port (host as for Match). It is what decides whether a name resolves
+// inside the sandbox at all; the port is decided at connect.
+func (p Pattern) MatchName(host string) bool {
+	if p.kind != kindExact && p.kind != kindWildcard {
+		return false
+	}
+	port := p.lo
+	if port == 0 {
+		port = 80
+	}
+	return p.Match(host, port)
+}
+
 // MatchAddr reports whether the address and port are granted by an address
 // pattern: a equal to a listed IP, or inside a listed CIDR. IPv4-mapped
 // IPv6 addresses are compared in their IPv4 form. Name patterns, zoned and

@@ -41,6 +41,7 @@ type Results struct {
 	ColdStart   []ColdRow        `json:"cold_start"`
 	Steady      []SteadyRow      `json:"steady_state"`
 	Proxy       *ProxyResult     `json:"proxy,omitempty"`
+	Egress      *EgressResult    `json:"egress_in_sandbox,omitempty"`
 	Session     *SessionResult   `json:"session_exec,omitempty"`
 	Memory      []MemRow         `json:"memory"`
 	Scaling     []ScaleRow       `json:"scaling"`
@@ -83,7 +84,7 @@ func main() {
 	repo := flag.String("repo", ".", "repository root, for go test ./egress/ ./policy/...")
 	pin := flag.Int("cpu", runtime.NumCPU()-1, "CPU that the steady-state loops are pinned to")
 	coldBudget := flag.Duration("cold-budget", 7*time.Minute, "stop the cold-start rounds early after this long")
-	only := flag.String("only", "", "comma-separated sections to run (cold,steady,proxy,session,memory,scaling,micro); empty runs all")
+	only := flag.String("only", "", "comma-separated sections to run (cold,steady,proxy,egress,session,memory,scaling,micro); empty runs all")
 	levels := flag.String("levels", "1,10,50,200", "comma-separated concurrency levels for the scaling section")
 	levelBudget := flag.Duration("level-budget", 60*time.Second, "longest a scaling level may take")
 	flag.DurationVar(&runTimeout, "run-timeout", runTimeout, "longest one run may take before it is killed and counted as a failure")
@@ -159,6 +160,14 @@ func main() {
 			log.Print("proxy: ", err)
 		}
 		res.Proxy = p
+	}
+	if run("egress") {
+		e, err := egressBench(ctx, *airlockBin)
+		if err != nil {
+			res.Notes = append(res.Notes, "egress benchmark: "+err.Error())
+			log.Print("egress: ", err)
+		}
+		res.Egress = e
 	}
 	if run("session") {
 		s := sessionBench(ctx, *n)

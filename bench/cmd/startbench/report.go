@@ -70,6 +70,16 @@ func markdown(r *Results) string {
 		p("\n")
 	}
 
+	if r.Egress != nil && len(r.Egress.Paths) > 0 {
+		p("## Egress from inside a sandbox: transparent vs proxy vs direct\n\n")
+		p("python3 makes %d requests to an HTTP server on the host's loopback, each on a new connection (urllib) and then on one keep-alive connection (http.client): directly on the host (no sandbox), inside `airlock run` through the proxy (HTTP_PROXY), and inside `airlock run` with the proxy variables removed (the transparent path: airlock's DNS and connect broker). µs per request, median of %d rounds; added is over direct.\n\n", r.Egress.Requests, r.Egress.Rounds)
+		p("| path | new connection µs | added | keep-alive µs | added |\n|---|--:|--:|--:|--:|\n")
+		for _, e := range r.Egress.Paths {
+			p("| %s | %.0f | %+.0f | %.0f | %+.0f |\n", e.Path, e.NewConnUS.Median, e.NewConnAddedUS, e.KeepAliveUS.Median, e.KeepAliveAddedUS)
+		}
+		p("\n")
+	}
+
 	if r.Session != nil && r.Session.Skipped {
 		p("## Exec into a warm session\n\nSkipped: %s.\n\n", escape(r.Session.Note))
 	} else if r.Session != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"sync"
 
@@ -76,8 +77,9 @@ func nativeArch() (uint32, error) {
 // EFAULT when the sockaddr is not readable; EACCES when the broker is not
 // allowed to read the target (process_vm_readv, pidfd_getfd); EPERM for a
 // syscall other than connect or a foreign architecture, which a filter
-// built by seccomp.Build never hands over. It never answers
-// SECCOMP_USER_NOTIF_FLAG_CONTINUE: see the package doc.
+// built by seccomp.Build never hands over. It answers
+// SECCOMP_USER_NOTIF_FLAG_CONTINUE only when decide asks for it
+// (Verdict.Continue): see the package doc.
 //
 // Each notification is decided in its own goroutine, at most 64 at a
 // time; beyond that a connect is refused at once with EAGAIN. decide may
@@ -266,6 +268,7 @@ func (b *broker) answer(n notif) (unix.Errno, bool) {
 	sock, errno := inspectSocket(n.pid, fd)
 	var raw []byte
 	if errno == 0 {
+		defer unix.Close(sock.copy)
 		raw, errno = readSockaddr(n.pid, n.args[1], addrlen)
 	}
 	// Only now is what was read known to be the target's: the thread was
@@ -283,7 +286,81 @@ func (b *broker) answer(n notif) (unix.Errno, bool) {
 	}
 	req.Pid, req.FD = n.pid, fd
 	req.Domain, req.Type, req.Protocol = sock.domain, sock.typ, sock.protocol
-	return b.install(n.id, fd, sock.flags, b.decide(req))
+	req.NetNS = sock.netns
+	v := b.decide(req)
+	switch {
+	case v.Continue && v.Conn == nil && v.Errno == 0 && !v.Connect.IsValid():
+		b.respondContinue(n.id)
+		return 0, false // answered
+	case v.Connect.IsValid() && v.Conn == nil && v.Errno == 0 && !v.Continue:
+		return connectOwn(sock, v), true
+	case v.Continue || v.Connect.IsValid():
+		if v.Conn != nil {
+			v.Conn.Close()
+		}
+		return unix.EACCES, true // a Verdict that asks for two things
+	}
+	return b.install(n.id, fd, sock.flags, v)
+}
+
+// connectOwn carries out v.Connect on the broker's copy of the target's
+// socket and returns the errno the target's connect answers with.
+func connectOwn(sock socketInfo, v Verdict) unix.Errno {
+	dst := v.Connect
+	var sa, loop unix.Sockaddr
+	switch {
+	case sock.domain == unix.AF_INET && dst.Addr().Is4():
+		sa = &unix.SockaddrInet4{Addr: dst.Addr().As4(), Port: int(dst.Port())}
+		loop = &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}
+	case sock.domain == unix.AF_INET6:
+		sa = &unix.SockaddrInet6{Addr: dst.Addr().As16(), Port: int(dst.Port())}
+		loop = &unix.SockaddrInet6{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}).As16()}
+		if dst.Addr().Is6() && !dst.Addr().Is4In6() {
+			loop = &unix.SockaddrInet6{Addr: netip.IPv6Loopback().As16()}
+		}
+	default:
+		return unix.EAFNOSUPPORT
+	}
+	local, err := unix.Getsockname(sock.copy)
+	if err != nil {
+		return unix.EACCES
+	}
+	if addrOf(local).Port() == 0 {
+		if err := unix.Bind(sock.copy, loop); err != nil {
+			return errnoOr(err, unix.EADDRNOTAVAIL)
+		}
+		if local, err = unix.Getsockname(sock.copy); err != nil {
+			return unix.EACCES
+		}
+	}
+	if v.Bound != nil {
+		v.Bound(addrOf(local))
+	}
+	return errnoOr(unix.Connect(sock.copy, sa), unix.ECONNREFUSED)
+}
+
+// addrOf returns the address of an AF_INET or AF_INET6 sockaddr, IPv4
+// unmapped; the zero AddrPort for anything else.
+func addrOf(sa unix.Sockaddr) netip.AddrPort {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// errnoOr returns err's errno (0 for nil), or def for an error without one.
+func errnoOr(err error, def unix.Errno) unix.Errno {
+	var e unix.Errno
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &e) && e <= maxErrno:
+		return e
+	}
+	return def
 }
 
 // install carries out v for the notification id: it moves v.Conn into the
@@ -367,9 +444,22 @@ func (b *broker) valid(id uint64) bool {
 	return false
 }
 
+// respondContinue answers the notification id with
+// SECCOMP_USER_NOTIF_FLAG_CONTINUE: the kernel carries out the target's
+// own connect (Verdict.Continue).
+func (b *broker) respondContinue(id uint64) {
+	resp := make([]byte, b.sizes.resp)
+	e := binary.NativeEndian
+	e.PutUint64(resp, id)
+	e.PutUint32(resp[20:], unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE)
+	_, err := ioctlBuf(b.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, resp)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		b.fail(fmt.Errorf("connbroker: let notification %#x continue: %w", id, err))
+	}
+}
+
 // respond answers the notification id: connect returns 0 for errno 0,
-// else -1 with errno. The flags are always zero: never
-// SECCOMP_USER_NOTIF_FLAG_CONTINUE.
+// else -1 with errno, and the kernel does nothing more.
 func (b *broker) respond(id uint64, errno unix.Errno) {
 	resp := make([]byte, b.sizes.resp)
 	e := binary.NativeEndian

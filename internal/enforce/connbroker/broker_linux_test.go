@@ -364,6 +364,76 @@ func TestRedirect(t *testing.T) {
 	}
 }
 
+// TestConnectOwn: the broker connects the target's own socket where decide
+// says (Connect), telling Bound the local address first, keeps the
+// socket's fd, flags and an address the target bound itself; Continue
+// lets the kernel connect the address the target named; a Verdict that
+// asks for two things is refused with EACCES and connects nothing.
+func TestConnectOwn(t *testing.T) {
+	requireBroker(t)
+	t.Parallel()
+	to := listenTCP(t)
+	direct := listenTCP(t)
+	var mu sync.Mutex
+	var bound []uint16
+	rec := &recorder{fn: func(r Request) Verdict {
+		switch {
+		case r.Addr == netip.AddrPortFrom(testNet, 80):
+			return Verdict{Connect: addrPort(to), Bound: func(l netip.AddrPort) {
+				mu.Lock()
+				bound = append(bound, l.Port())
+				mu.Unlock()
+			}}
+		case r.Addr == addrPort(direct):
+			return Verdict{Continue: true}
+		}
+		return Verdict{Continue: true, Connect: addrPort(to)}
+	}}
+	tg := startTarget(t, "own", forbiddenEnv+"="+addrPort(direct).String())
+	s := serve(tg.listener, rec.decide)
+	got := tg.wait(t)
+	s.wait(t, false)
+
+	peer := addrPort(to).String()
+	nb := got["nonblock.connect"]
+	if nb != "0" && !(nb == errnoStr(unix.EINPROGRESS) && got["nonblock.so_error"] == "0") {
+		t.Errorf("non-blocking connect = %s (so_error %s), want 0 or EINPROGRESS then 0", nb, got["nonblock.so_error"])
+	}
+	wantLines(t, got, map[string]string{
+		"blocking.connect": "0", "blocking.peer": peer, "blocking.write": "3 0", "blocking.nonblock": "false",
+		"nonblock.peer": peer, "nonblock.nonblock": "true", "nonblock.write": "2 0",
+		"bound.connect": "0", "bound.peer": peer, "bound.write": "5 0",
+		"continue.connect": "0", "continue.peer": addrPort(direct).String(), "continue.write": "4 0",
+		"both.connect": errnoStr(unix.EACCES), "both.peer": "none",
+	})
+	conns := queued(t, to)
+	var texts []string
+	var ports []uint16
+	for _, c := range conns {
+		texts = append(texts, readAll(t, c))
+		ports = append(ports, c.RemoteAddr().(*net.TCPAddr).AddrPort().Port())
+	}
+	if strings.Join(texts, ",") != "own,nb,bound" {
+		t.Errorf("the Connect listener received %q, want own, nb, bound", texts)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(bound) != fmt.Sprint(ports) {
+		t.Errorf("Bound was told ports %v, the listener saw %v", bound, ports)
+	}
+	if len(bound) == 3 && strconv.Itoa(int(bound[2])) != got["bound.port"] {
+		t.Errorf("an already bound socket was told port %d, it had bound %s", bound[2], got["bound.port"])
+	}
+	if cs := queued(t, direct); len(cs) != 1 || readAll(t, cs[0]) != "cont" {
+		t.Errorf("the Continue listener got %d connections, want 1 carrying cont", len(cs))
+	}
+	for _, r := range rec.requests() {
+		if r.NetNS == 0 {
+			t.Errorf("request %v has no network namespace cookie", r.Addr)
+		}
+	}
+}
+
 // TestRefuse: a refused connect fails with decide's errno and the listener
 // the target aimed at directly is never reached.
 func TestRefuse(t *testing.T) {

@@ -39,6 +39,7 @@ var testNet = netip.MustParseAddr("192.0.2.1")
 // childModes are the targets, by mode.
 var childModes = map[string]func() error{
 	"redirect": childRedirect,
+	"own":      childOwn,
 	"refuse":   childConnectForbidden,
 	"toctou":   childTOCTOU,
 	"swap":     childSwap,
@@ -217,6 +218,60 @@ func childRedirect() error {
 	}
 	fmt.Printf("mapped.connect %d\n", errno)
 	return unix.Close(fd)
+}
+
+// childOwn connects its own sockets: to TEST-NET, which the parent
+// connects to a loopback listener instead (blocking and non-blocking, and
+// one already bound); to the forbidden listener, which the parent lets
+// continue; and to TEST-NET port 9, which the parent answers with a
+// Verdict that asks for two things.
+func childOwn() error {
+	dst, err := forbidden()
+	if err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		key  string
+		typ  int
+		to   netip.AddrPort
+		bind bool
+		data string
+	}{
+		{"blocking", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 80), false, "own"},
+		{"nonblock", unix.SOCK_STREAM | unix.SOCK_NONBLOCK, netip.AddrPortFrom(testNet, 80), false, "nb"},
+		{"bound", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 80), true, "bound"},
+		{"continue", unix.SOCK_STREAM, dst, false, "cont"},
+		{"both", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 9), false, ""},
+	} {
+		fd, err := unix.Socket(unix.AF_INET, c.typ, 0)
+		if err != nil {
+			return err
+		}
+		if c.bind {
+			if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+				return err
+			}
+			sa, _ := unix.Getsockname(fd)
+			fmt.Printf("bound.port %d\n", sa.(*unix.SockaddrInet4).Port)
+		}
+		errno := errnoOf(unix.Connect(fd, sockaddr(c.to)))
+		fmt.Printf("%s.connect %d\n", c.key, errno)
+		if errno == unix.EINPROGRESS {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+			unix.Poll(pfd, 10000)
+			v, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+			fmt.Printf("%s.so_error %d\n", c.key, v)
+		}
+		if err := describe(c.key, fd); err != nil {
+			return err
+		}
+		if c.data != "" {
+			n, err := unix.Write(fd, []byte(c.data))
+			fmt.Printf("%s.write %d %d\n", c.key, n, errnoOf(err))
+		}
+		unix.Close(fd)
+	}
+	return nil
 }
 
 // childConnectForbidden connects straight to the forbidden listener.

@@ -1,6 +1,7 @@
 // Package connbroker is the supervisor side of the seccomp user
-// notification broker for connect(2), used by the sandbox backend that
-// runs without namespaces. The sandboxed program's filter answers connect
+// notification broker for connect(2): the whole network of the sandbox
+// backend that runs without namespaces, and the transparent egress of the
+// namespace backend. The sandboxed program's filter answers connect
 // with SECCOMP_RET_USER_NOTIF (plan.ActNotify); the supervisor holds the
 // filter's listener (seccomp.InstallListener) and calls Serve on it. For
 // each intercepted connect Serve reads the destination from the target,
@@ -15,12 +16,24 @@
 // answered SECCOMP_USER_NOTIF_FLAG_CONTINUE, the kernel would run the
 // target's own connect and read that memory again, after the check: a
 // time-of-check-to-time-of-use race that a second thread wins by flipping
-// the bytes in a loop. So the broker never answers CONTINUE. It reads the
+// the bytes in a loop. So in the host's network namespace the broker never
+// answers CONTINUE. It reads the
 // sockaddr once, into its own buffer; decide sees only that copy and, to
 // allow, dials the destination it checked from the supervisor and hands
 // back that socket; the broker moves it into the target with
 // SECCOMP_IOCTL_NOTIF_ADDFD. The address checked is the address used,
 // because only the supervisor's own sockets are ever connected.
+//
+// The namespace backend's sandbox has a network namespace of its own that
+// holds only lo, so the kernel's own connect can reach nothing but the
+// sandbox's loopback there, whatever the address: its decide answers
+// Continue for what the namespace can reach by itself (loopback, unix
+// sockets), where a race on the sockaddr gains nothing, and Connect for a
+// granted destination outside: the broker connects the target's own
+// socket, in the target's namespace, to the egress proxy's listener on
+// that loopback, which the supervisor told beforehand where the
+// connection is going. Both need the socket to be the sandbox's
+// (Request.NetNS), which decide checks.
 //
 // Fail closed:
 //   - when the supervisor dies or closes the listener, the kernel fails

@@ -45,6 +45,12 @@ type Request struct {
 
 	// Raw is the sockaddr exactly as read: addrlen bytes, 2 to 128.
 	Raw []byte
+
+	// NetNS is the cookie of the network namespace the target's socket
+	// belongs to (SO_NETNS_COOKIE, Linux 5.14), which a socket keeps for
+	// life; compare it with NetNSCookie of a socket known to be in the
+	// sandbox's namespace. It is 0 when the kernel does not tell.
+	NetNS uint64
 }
 
 // Conn is a socket the supervisor connected for the target, as decide
@@ -72,4 +78,33 @@ type Verdict struct {
 	// ECONNREFUSED, ENETUNREACH, ...). A value above 511, where the
 	// kernel's internal codes start, refuses with EACCES.
 	Errno syscall.Errno
+
+	// Continue lets the kernel carry out the target's own connect
+	// (SECCOMP_USER_NOTIF_FLAG_CONTINUE). The kernel then reads the
+	// sockaddr again, after the check, so whatever the target wrote there
+	// meanwhile is what gets connected: set it only where every address
+	// the socket can reach is acceptable, which is a socket in a network
+	// namespace that holds only lo and whose loopback is the sandbox's own
+	// (check Request.NetNS). Conn, Errno and Connect must be unset, or the
+	// connect is refused with EACCES.
+	Continue bool
+
+	// Connect, when valid (and Conn, Errno and Continue unset), connects
+	// the target's own socket to this address instead of the one it asked
+	// for. The broker does it from the supervisor on the socket it took
+	// from the target (pidfd_getfd), so the socket keeps its fd number,
+	// options and network namespace: an address on lo is the loopback of
+	// the socket's namespace, not the supervisor's. A socket without a
+	// local address is first bound to an ephemeral port on the loopback
+	// (127.0.0.1, or ::ffff:127.0.0.1 for AF_INET6), then Bound, when
+	// set, is called with the local address, before the connect. The
+	// target's connect returns what the supervisor's did, so a
+	// non-blocking socket may get EINPROGRESS and complete later, as
+	// from its own connect. For AF_INET6 an IPv4 Connect is v4-mapped.
+	Connect netip.AddrPort
+
+	// Bound is called with the socket's local address before a Connect
+	// is made, so the listener at Connect can tell the connection by its
+	// source port. It must not block.
+	Bound func(local netip.AddrPort)
 }

@@ -38,7 +38,19 @@ const pidfdThread = unix.O_EXCL
 // socketInfo is what the broker learns about the target's socket.
 type socketInfo struct {
 	domain, typ, protocol int
-	flags                 int // the fd's flags from fdinfo, O_CLOEXEC included
+	flags                 int    // the fd's flags from fdinfo, O_CLOEXEC included
+	netns                 uint64 // SO_NETNS_COOKIE, 0 when unknown
+	copy                  int    // the broker's copy of the socket (pidfd_getfd); the caller closes it
+}
+
+// soNetnsCookie is SO_NETNS_COOKIE (asm-generic/socket.h, Linux 5.14).
+const soNetnsCookie = 71
+
+// NetNSCookie returns the cookie of the network namespace the socket fd
+// belongs to (SO_NETNS_COOKIE, Linux 5.14), the value Request.NetNS is
+// compared with.
+func NetNSCookie(fd int) (uint64, error) {
+	return unix.GetsockoptUint64(fd, unix.SOL_SOCKET, soNetnsCookie)
 }
 
 // inspectSocket looks at fd in the thread tid: it takes a copy of the fd
@@ -50,9 +62,9 @@ type socketInfo struct {
 //
 // Taking the copy moves nothing and changes nothing the target sees,
 // except that on cgroup v1 the socket's net_cls and net_prio tags become
-// the supervisor's (pidfd_getfd(2)); the broker replaces or refuses that
-// socket anyway.
-func inspectSocket(tid, fd int) (socketInfo, unix.Errno) {
+// the supervisor's (pidfd_getfd(2)). On success the caller owns
+// socketInfo.copy and closes it.
+func inspectSocket(tid, fd int) (si socketInfo, errno unix.Errno) {
 	if fd < 0 {
 		return socketInfo{}, unix.EBADF
 	}
@@ -61,16 +73,20 @@ func inspectSocket(tid, fd int) (socketInfo, unix.Errno) {
 		return socketInfo{}, unix.EACCES
 	}
 	defer unix.Close(pidfd)
-	cp, err := unix.PidfdGetfd(pidfd, fd, 0)
+	cp, err := unix.PidfdGetfd(pidfd, fd, 0) // always close-on-exec
 	switch {
 	case errors.Is(err, unix.EBADF):
 		return socketInfo{}, unix.EBADF
 	case err != nil:
 		return socketInfo{}, unix.EACCES
 	}
-	defer unix.Close(cp)
+	defer func() {
+		if errno != 0 {
+			unix.Close(cp)
+		}
+	}()
 
-	var si socketInfo
+	si.copy = cp
 	for _, o := range []struct {
 		opt int
 		dst *int
@@ -92,6 +108,9 @@ func inspectSocket(tid, fd int) (socketInfo, unix.Errno) {
 		return socketInfo{}, unix.EACCES
 	}
 	si.flags = flags
+	if c, err := NetNSCookie(cp); err == nil {
+		si.netns = c
+	}
 	return si, 0
 }
 

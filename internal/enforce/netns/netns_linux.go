@@ -77,3 +77,17 @@ func Listen(port int) (int, error) {
 	}
 	return fd, nil
 }
+
+// ListenUDP returns a UDP socket bound to 127.0.0.1:port (close-on-exec):
+// airlock's DNS server inside the sandbox.
+func ListenUDP(port int) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return -1, fmt.Errorf("listen udp 127.0.0.1:%d: %w", port, err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("listen udp 127.0.0.1:%d: bind: %w", port, err)
+	}
+	return fd, nil
+}

@@ -117,9 +117,18 @@ func setupAndRun() (int, error) {
 	} else if err != nil {
 		return 0, fail("hostname", err)
 	}
-	abi, err := restrict(pl)
+	abi, listener, err := restrict(pl)
 	if err != nil {
 		return 0, err
+	}
+	if listener >= 0 {
+		// Transparent egress: the supervisor answers connect(2). The init
+		// keeps no copy, so nothing under the filter can answer its own.
+		err := Send(ControlFD, Message{Type: MsgBroker}, listener)
+		unix.Close(listener)
+		if err != nil {
+			return 0, fail("report broker", err)
+		}
 	}
 	if procShared && abi == 0 {
 		// The container's processes are listed in this /proc: Landlock's
@@ -152,7 +161,21 @@ func setupNetwork(pl *plan.Plan) error {
 		return err
 	}
 	defer unix.Close(socksFD)
-	return Send(ControlFD, Message{Type: MsgListeners}, httpFD, socksFD)
+	fds := []int{httpFD, socksFD}
+	if pl.Transparent {
+		tunnelFD, err := netns.Listen(plan.TunnelPort)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(tunnelFD)
+		dnsFD, err := netns.ListenUDP(plan.DNSPort)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dnsFD)
+		fds = append(fds, tunnelFD, dnsFD)
+	}
+	return Send(ControlFD, Message{Type: MsgListeners}, fds...)
 }
 
 // setupMounts builds the root and pivots into it. It returns the fds the

@@ -10,44 +10,60 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
+	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
 	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // restrict applies, in order: Landlock, rlimits, capabilities, no_new_privs
 // and seccomp. It returns the Landlock ABI enforced (0 = none, only when
-// the plan accepts the downgrade).
+// the plan accepts the downgrade) and, for transparent egress, the
+// seccomp filter's listener, which the caller hands to the supervisor and
+// closes (-1 otherwise).
 //
 // Preconditions:
 //   - runs on the locked OS thread that will fork the command
 //   - pivot_root is done: rule paths are the sandbox's
-func restrict(pl *plan.Plan) (int, error) {
-	abi, err := applyLandlock(pl)
+func restrict(pl *plan.Plan) (abi, listener int, err error) {
+	abi, err = applyLandlock(pl)
 	if err != nil {
-		return 0, fail("landlock", err)
+		return 0, -1, fail("landlock", err)
 	}
 	if err := applyRlimits(pl.Rlimits); err != nil {
-		return 0, fail("rlimits", err)
+		return 0, -1, fail("rlimits", err)
 	}
 	if len(pl.Capabilities) != 0 {
-		return 0, fail("capabilities", fmt.Errorf("airlock bug: the plan keeps capabilities %v: the init can only drop every one", pl.Capabilities))
+		return 0, -1, fail("capabilities", fmt.Errorf("airlock bug: the plan keeps capabilities %v: the init can only drop every one", pl.Capabilities))
 	}
 	if err := dropCapabilities(); err != nil {
-		return 0, fail("capabilities", err)
+		return 0, -1, fail("capabilities", err)
 	}
 	// Not dumpable: the command cannot read this init's memory or fds via /proc.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return 0, fail("dumpable", err)
+		return 0, -1, fail("dumpable", err)
 	}
 	if !pl.NoNewPrivileges {
-		return 0, fail("no_new_privs", errors.New("airlock bug: the plan does not set no_new_privs, which the seccomp filter needs"))
+		return 0, -1, fail("no_new_privs", errors.New("airlock bug: the plan does not set no_new_privs, which the seccomp filter needs"))
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return 0, fail("no_new_privs", err)
+		return 0, -1, fail("no_new_privs", err)
+	}
+	listener = -1
+	if pl.Transparent {
+		// connect(2) goes to the supervisor: the same filter on every
+		// thread, as installSeccomp does, with a listener (Linux 5.7).
+		prog, err := seccomp.Build(pl.Seccomp, seccomp.Options{})
+		if err == nil {
+			listener, err = seccomp.InstallListenerAll(prog)
+		}
+		if err != nil {
+			return 0, -1, fail("seccomp", err)
+		}
+		return abi, listener, nil
 	}
 	if err := installSeccomp(pl); err != nil {
-		return 0, fail("seccomp", err)
+		return 0, -1, fail("seccomp", err)
 	}
-	return abi, nil
+	return abi, -1, nil
 }
 
 func applyLandlock(pl *plan.Plan) (int, error) {

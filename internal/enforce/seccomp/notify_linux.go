@@ -75,3 +75,44 @@ func InstallListener(prog []Insn) (int, error) {
 	}
 	return int(fd), nil
 }
+
+// InstallListenerAll is InstallListener on every thread of the process:
+// seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC |
+// SECCOMP_FILTER_FLAG_TSYNC_ESRCH | SECCOMP_FILTER_FLAG_NEW_LISTENER)
+// (Linux 5.7), so that, as with Install, no thread of the process is left
+// unfiltered, and the filter's listener comes back as with
+// InstallListener. It fails (installing nothing) when a thread cannot be
+// synchronized, and on kernels that refuse the flags together.
+//
+// Preconditions: those of Install, and the caller owns the listener as
+// with InstallListener.
+func InstallListenerAll(prog []Insn) (int, error) {
+	if err := Validate(prog); err != nil {
+		return -1, fmt.Errorf("seccomp: install filter with listener: %w", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil {
+		return -1, fmt.Errorf("seccomp: read no_new_privs: %w: the kernel must be Linux 3.5 or later", err)
+	}
+	if nnp != 1 {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return -1, fmt.Errorf("seccomp: set no_new_privs: %w", err)
+		}
+	}
+	filters := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		filters[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	fd, err := setFilter(filters, unix.SECCOMP_FILTER_FLAG_TSYNC|unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH|unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+	switch {
+	case errors.Is(err, unix.ESRCH):
+		return -1, fmt.Errorf("seccomp: install filter with listener: a thread could not be synchronized: it has a seccomp filter of its own; install from a process whose threads share one filter")
+	case errors.Is(err, unix.EBUSY):
+		return -1, fmt.Errorf("seccomp: install filter with listener: %w: a thread already has a filter with a listener", err)
+	case err != nil:
+		return -1, fmt.Errorf("seccomp: install filter with listener on every thread: %w: the kernel must be Linux 5.7 or later with CONFIG_SECCOMP_FILTER", err)
+	}
+	return int(fd), nil
+}
