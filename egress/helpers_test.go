@@ -196,11 +196,18 @@ type harnessConfig struct {
 	advice  bool          // egress.Config.AgentAdvice
 	timeout time.Duration // egress.Config.HandshakeTimeout; 0 for the default
 	via     string        // viaConnect (the default) or viaTransparent
+	creds   []egress.Credential
+	ca      *egress.CA
+	roots   *x509.CertPool // egress.Config.UpstreamRoots
 }
 
 func startProxy(t testing.TB, hc harnessConfig) *harness {
 	t.Helper()
-	pol, err := policy.New(policy.Spec{NetHosts: hc.hosts})
+	var pcs []policy.Credential
+	for _, c := range hc.creds {
+		pcs = append(pcs, policy.Credential{Host: c.Host, Header: c.Header, Env: "SECRET_" + strconv.Itoa(len(pcs))})
+	}
+	pol, err := policy.New(policy.Spec{NetHosts: hc.hosts, Credentials: pcs})
 	if err != nil {
 		t.Fatalf("policy.New(%q): %v", hc.hosts, err)
 	}
@@ -213,6 +220,7 @@ func startProxy(t testing.TB, hc harnessConfig) *harness {
 	h.p, err = egress.New(egress.Config{
 		Policy: pol, Meter: h.meter, Audit: h.rec, Resolver: h.res, Dialer: h.dialer,
 		SkipSNICheck: hc.skipSNI, AgentAdvice: hc.advice, HandshakeTimeout: hc.timeout,
+		Credentials: hc.creds, CA: hc.ca, UpstreamRoots: hc.roots,
 	})
 	if err != nil {
 		t.Fatal(err)

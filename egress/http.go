@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -40,7 +41,7 @@ func (p *Proxy) ServeHTTPProxy(l net.Listener) error { return p.serve(l, p.handl
 // bytes trickling in never move. Until a head is complete the connection
 // holds only headReader's small buffer.
 func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
-	p.serveRequests(c, &headReader{r: c}, nil, accepted.Add(p.handshake), "", nil)
+	p.serveRequests(c, &headReader{r: c}, nil, accepted.Add(p.handshake), "", nil, false)
 }
 
 // serveRequests is handleHTTP's loop. hr reads the connection; br, when
@@ -52,8 +53,10 @@ func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
 // included; a CONNECT inside is refused. pre, when not nil, is a
 // connection to the tunnel's destination already dialed (a Tunnel's),
 // which the first request uses when its decision checked that address.
-func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, deadline time.Time, tunnel string, pre net.Conn) {
-	up := &upstream{pre: pre}
+// secure says the tunnel's TLS was terminated by the proxy (terminate):
+// its requests are https:// ones, sent over TLS.
+func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, deadline time.Time, tunnel string, pre net.Conn, secure bool) {
+	up := &upstream{pre: pre, secure: secure}
 	defer up.close()
 	for first := true; ; first = false {
 		if br != nil {
@@ -119,6 +122,9 @@ func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, dead
 			abs := *req
 			u := *req.URL
 			u.Scheme, u.Host = "http", tunnel
+			if secure {
+				u.Scheme = "https"
+			}
 			abs.URL = &u
 			req = &abs
 		}
@@ -175,7 +181,10 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 	case u.Scheme == "" && u.Host == "":
 		writeError(c, http.StatusBadRequest, "airlock: this is a proxy; send absolute-URI requests such as GET http://host/path (set HTTP_PROXY)")
 		return false
-	case !strings.EqualFold(u.Scheme, "http"):
+	case up.secure && u.Scheme != "https":
+		writeError(c, http.StatusBadRequest, "airlock: airlock bug: a request in a terminated TLS tunnel is not https")
+		return false
+	case !up.secure && !strings.EqualFold(u.Scheme, "http"):
 		writeError(c, http.StatusBadRequest, "airlock: only http:// URLs are forwarded; use CONNECT (HTTPS_PROXY) for "+u.Scheme+"://")
 		return false
 	case u.User != nil:
@@ -185,7 +194,11 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 		writeError(c, http.StatusBadRequest, "airlock: request URL has no host")
 		return false
 	}
-	port, err := parsePort(u.Port(), 80)
+	defPort := uint16(80)
+	if up.secure {
+		defPort = 443
+	}
+	port, err := parsePort(u.Port(), defPort)
 	if err != nil {
 		writeError(c, http.StatusBadRequest, "airlock: request URL port: "+err.Error())
 		return false
@@ -196,7 +209,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 		return false
 	}
 	if raw.hasHost {
-		if err := p.sameHost(u.Hostname(), port, raw.host); err != nil {
+		if err := p.sameHost(u.Hostname(), port, defPort, raw.host); err != nil {
 			writeError(c, http.StatusForbidden, refusal(err))
 			return false
 		}
@@ -207,18 +220,23 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 		return false
 	}
 
-	out, bodyDone := outbound(req, d)
+	out, bodyDone := outbound(req, d, up.secure)
+	creds := p.addCredentials(out.Header, d)
 	if v := req.Header.Get("Expect"); strings.EqualFold(v, "100-continue") {
 		// The client holds its body until told to send it; the upstream
 		// request carries no Expect, so the transport sends it at once.
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 	}
-	resp, err := up.transport(p, d).RoundTrip(out)
+	resp, err := up.transport(p, d, len(creds) > 0).RoundTrip(out)
 	if err != nil {
-		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" did not answer: "+err.Error())
+		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" did not answer: "+redact(err.Error(), creds))
 		return false
 	}
 	defer resp.Body.Close()
+	if len(creds) > 0 && !redactResponse(resp, creds) {
+		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" answered in an encoding ("+resp.Header.Get("Content-Encoding")+") airlock cannot search for the credential it added, so the response was withheld")
+		return false
+	}
 	keep := !req.Close && req.ProtoAtLeast(1, 1)
 	if !p.writeResponse(c, req, resp, keep) {
 		return false
@@ -234,9 +252,9 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 
 // sameHost refuses a Host header that names another host or port than the
 // request URL: an upstream would route by the header, the check by the URL.
-func (p *Proxy) sameHost(urlHost string, port uint16, header string) error {
+func (p *Proxy) sameHost(urlHost string, port, defPort uint16, header string) error {
 	h := &url.URL{Host: header}
-	hp, err := parsePort(h.Port(), 80)
+	hp, err := parsePort(h.Port(), defPort)
 	a, aerr := hostspec.NormalizeHost(urlHost)
 	b, berr := hostspec.NormalizeHost(h.Hostname())
 	if err == nil && aerr == nil && berr == nil && a == b && hp == port {
@@ -253,12 +271,16 @@ func (p *Proxy) sameHost(urlHost string, port uint16, header string) error {
 // outbound builds the request sent upstream from the checked decision and
 // the client's request, which itself is never edited. bodyDone is closed
 // once the transport has closed the client's body.
-func outbound(req *http.Request, d *decision) (*http.Request, <-chan struct{}) {
+func outbound(req *http.Request, d *decision, secure bool) (*http.Request, <-chan struct{}) {
 	hostHeader := d.host
 	if d.isIP && strings.Contains(hostHeader, ":") {
 		hostHeader = "[" + hostHeader + "]"
 	}
-	if d.port != 80 {
+	scheme, defPort := "http", uint16(80)
+	if secure {
+		scheme, defPort = "https", 443
+	}
+	if d.port != defPort {
 		hostHeader = hostspec.Join(d.host, d.port)
 	}
 	h := req.Header.Clone()
@@ -277,7 +299,7 @@ func outbound(req *http.Request, d *decision) (*http.Request, <-chan struct{}) {
 	}
 	out := &http.Request{
 		Method:        req.Method,
-		URL:           &url.URL{Scheme: "http", Host: hostHeader, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery},
+		URL:           &url.URL{Scheme: scheme, Host: hostHeader, Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery},
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
@@ -321,9 +343,10 @@ func (p *Proxy) writeResponse(c net.Conn, req *http.Request, resp *http.Response
 // requests decide to the same host and the same checked addresses, so a
 // pooled connection can never carry a request for another destination.
 type upstream struct {
-	key string
-	tr  *http.Transport
-	pre net.Conn // a connection dialed before the first request, used once
+	key    string
+	tr     *http.Transport
+	pre    net.Conn // a connection dialed before the first request, used once
+	secure bool     // requests go over TLS (a tunnel the proxy terminated)
 }
 
 // dial returns pre when it goes to one of d's checked addresses (once),
@@ -338,8 +361,11 @@ func (u *upstream) dial(ctx context.Context, p *Proxy, d *decision) (net.Conn, e
 	return p.dial(ctx, d)
 }
 
-func (u *upstream) transport(p *Proxy, d *decision) *http.Transport {
-	key := d.target + " " + addrList(d.addrs)
+// transport returns the transport for d; decode says the proxy, not the
+// client, negotiates the response's encoding (a request with credentials,
+// whose response is searched for them).
+func (u *upstream) transport(p *Proxy, d *decision, decode bool) *http.Transport {
+	key := fmt.Sprintf("%s %s %v", d.target, addrList(d.addrs), decode)
 	if u.tr != nil && u.key == key {
 		return u.tr
 	}
@@ -350,10 +376,25 @@ func (u *upstream) transport(p *Proxy, d *decision) *http.Transport {
 		// addresses this decision checked are dialed.
 		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return u.dial(ctx, p, d) },
 		Proxy:                  nil,
-		DisableCompression:     true, // pass Accept-Encoding and bodies through untouched
+		DisableCompression:     !decode, // otherwise pass Accept-Encoding and bodies through untouched
 		MaxIdleConnsPerHost:    1,
 		IdleConnTimeout:        p.idle,
 		MaxResponseHeaderBytes: 1 << 20,
+	}
+	if u.secure {
+		// Verified for the checked host against the configured roots.
+		u.tr.DialTLSContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			raw, err := u.dial(ctx, p, d)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(raw, &tls.Config{ServerName: d.host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+			if err := tc.HandshakeContext(ctx); err != nil {
+				raw.Close()
+				return nil, err
+			}
+			return tc, nil
+		}
 	}
 	return u.tr
 }
@@ -363,6 +404,16 @@ func (u *upstream) close() {
 		u.tr.CloseIdleConnections()
 		u.tr = nil
 	}
+}
+
+// redact removes the credentials' values from s.
+func redact(s string, cs []Credential) string {
+	for _, c := range cs {
+		if c.Value != "" {
+			s = strings.ReplaceAll(s, c.Value, Redacted)
+		}
+	}
+	return s
 }
 
 // hopByHop lists headers that describe one connection, not the message

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -98,6 +99,20 @@ type Config struct {
 	// Zero means DefaultMaxConns.
 	MaxConns int
 
+	// Credentials are the headers the proxy sets on requests to their
+	// hosts (the policy's credentials, values read on the host). Each must
+	// be in the policy. HTTPS to such a host is terminated with CA.
+	Credentials []Credential
+
+	// CA signs the certificates the proxy presents for the hosts of
+	// Credentials; required with HTTPS credentials. Nil terminates
+	// nothing: such a tunnel is refused.
+	CA *CA
+
+	// UpstreamRoots verifies the upstream's certificate where the proxy
+	// terminates TLS. Nil means the host's system roots.
+	UpstreamRoots *x509.CertPool
+
 	// AgentAdvice lets the refusals the proxy sends the sandboxed client
 	// name the net_hosts entry that would allow the request. The advice
 	// widens the policy, so it is for the operator (the audit event always
@@ -127,7 +142,10 @@ type Proxy struct {
 	idle      time.Duration
 	handshake time.Duration
 	maxConns  int
-	advice    bool // refusals to the client carry the audit suggestion
+	advice    bool                    // refusals to the client carry the audit suggestion
+	creds     map[string][]Credential // by host
+	ca        *CA
+	roots     *x509.CertPool
 
 	served, overCap, overBudget atomic.Int64
 
@@ -152,6 +170,9 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Meter == nil {
 		return nil, errors.New("egress: config has no budget meter; every egress op must be counted")
 	}
+	if err := checkCredentials(cfg.Policy, cfg.Credentials); err != nil {
+		return nil, err
+	}
 	p := &Proxy{
 		policy:      cfg.Policy,
 		meter:       cfg.Meter,
@@ -164,9 +185,15 @@ func New(cfg Config) (*Proxy, error) {
 		handshake:   cfg.HandshakeTimeout,
 		maxConns:    cfg.MaxConns,
 		advice:      cfg.AgentAdvice,
+		ca:          cfg.CA,
+		roots:       cfg.UpstreamRoots,
+		creds:       map[string][]Credential{},
 		listeners:   make(map[net.Listener]struct{}),
 		conns:       make(map[net.Conn]struct{}),
 		packetConns: make(map[net.PacketConn]struct{}),
+	}
+	for _, c := range cfg.Credentials {
+		p.creds[c.Host] = append(p.creds[c.Host], c)
 	}
 	if p.audit == nil {
 		p.audit = audit.Discard

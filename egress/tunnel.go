@@ -159,7 +159,7 @@ func (p *Proxy) carry(c net.Conn, hr *headReader, br *bufio.Reader, d *decision,
 		// registries). Each request is checked like a proxy request to
 		// the tunnel's authority, its Host header included, so the
 		// tunnel cannot front for another name.
-		p.serveRequests(c, hr, br, deadline, hostspec.Join(d.host, d.port), up)
+		p.serveRequests(c, hr, br, deadline, hostspec.Join(d.host, d.port), up, false)
 		return
 	case protoUnknown:
 		// Nothing, or not enough to tell, before the deadline: a client
@@ -186,6 +186,23 @@ func (p *Proxy) carry(c net.Conn, hr *headReader, br *bufio.Reader, d *decision,
 				policy.Suggestion{}, "connect to the host named in the TLS ClientHello")
 			return
 		}
+	}
+	if len(p.credentialsFor(d.host)) > 0 {
+		// The host has credentials: the proxy is the TLS server, so it
+		// can add them. The pre-dialed connection is not used: the
+		// upstream's TLS is the proxy's own.
+		if p.ca == nil {
+			p.denyHint(opConnect, d.target, d.host+" has credentials, which HTTPS can carry only through airlock's per-run CA, and there is none", policy.Suggestion{}, "")
+			return
+		}
+		if upr != nil && upr.Buffered() > 0 {
+			return // the server spoke first: not a TLS server
+		}
+		if up != nil {
+			up.Close()
+		}
+		p.terminate(c, br, raw, d)
+		return
 	}
 	p.carryRaw(c, br, d, up, upr, raw...)
 }

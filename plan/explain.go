@@ -43,6 +43,11 @@ func (pl *Plan) String() string {
 			fmt.Fprintf(&b, "  allow    %-40s [net_hosts]\n", h)
 		}
 		b.WriteString("  everything else, and any name that resolves to a private, loopback or metadata address not listed exactly, is refused before a connection is made\n")
+		for _, c := range pl.Credentials {
+			host, rest, _ := strings.Cut(c, ":")
+			header, env, _ := strings.Cut(rest, "=")
+			fmt.Fprintf(&b, "  credential %s on requests to %s: the value of $%s where airlock runs, added by the proxy (HTTPS to %s is terminated with a per-run CA trusted inside at %s); the sandbox never sees it\n", header, host, env, host, CABundlePath)
+		}
 		if pl.Transparent {
 			fmt.Fprintf(&b, "  transparent: airlock's DNS at 127.0.0.1:%d answers names in net_hosts with addresses airlock maps back (NXDOMAIN for the rest; no query leaves); connect(2) goes to the supervisor, which connects a granted name:port through the proxy (its tunnel listener at 127.0.0.1:%d) and lets the kernel connect the sandbox's own loopback\n", DNSPort, TunnelPort)
 		}

@@ -171,6 +171,9 @@ type Plan struct {
 	Transparent bool `json:"transparent,omitempty"`
 	// NetHosts are the net_hosts entries the proxy admits (for explain).
 	NetHosts []string `json:"net_hosts,omitempty"`
+	// Credentials are the policy's credentials, HOST:HEADER=ENV, for
+	// explain: the proxy adds them; their values never reach the plan.
+	Credentials []string `json:"credentials,omitempty"`
 	// RequireLandlock is false only when the policy accepts the downgrade.
 	RequireLandlock bool `json:"require_landlock"`
 	// ProcFallback lets the init bind the /proc it sees (a container's)
@@ -392,6 +395,9 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	pl.Env = environment(p, h)
 	for _, h := range p.NetHosts() {
 		pl.NetHosts = append(pl.NetHosts, h.String())
+	}
+	for _, c := range p.Credentials() {
+		pl.Credentials = append(pl.Credentials, c.String())
 	}
 	if len(pl.NetHosts) > 0 {
 		pl.Proxy = true

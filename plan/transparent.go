@@ -3,6 +3,8 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Ports of airlock's own listeners for transparent egress inside the
@@ -101,4 +103,31 @@ func setResolver(pl *Plan, resolv, nsswitch string) {
 			m.Data = nsswitch
 		}
 	}
+}
+
+// CABundlePath is where the sandbox finds the roots it trusts when the
+// proxy terminates TLS to add credentials: the host's bundle and airlock's
+// per-run CA.
+const CABundlePath = "/etc/airlock/ca-certificates.pem"
+
+// CAVars are the variables common TLS clients read their trusted roots
+// from; WithCABundle points each at CABundlePath.
+var CAVars = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO"}
+
+// WithCABundle adds the trust bundle pem at CABundlePath (read-only under
+// /etc, which Landlock lets the sandbox read) and points CAVars at it,
+// replacing what the policy's env set for them.
+func WithCABundle(pl *Plan, pem []byte) {
+	pl.Mounts = append(pl.Mounts, Mount{Kind: KindFile, Target: CABundlePath, Data: string(pem), Origin: OriginSandbox})
+	env := pl.Env[:0]
+	for _, e := range pl.Env {
+		name, _, _ := strings.Cut(e, "=")
+		if !slices.Contains(CAVars, name) {
+			env = append(env, e)
+		}
+	}
+	for _, v := range CAVars {
+		env = append(env, v+"="+CABundlePath)
+	}
+	pl.Env = env
 }

@@ -13,17 +13,18 @@ import (
 // fileJSON is the canonical JSON form of a policy file. Field order is the
 // order of topKeys.
 type fileJSON struct {
-	Version        int        `json:"version"`
-	FSRead         []string   `json:"fs_read,omitempty"`
-	FSWrite        []string   `json:"fs_write,omitempty"`
-	FSDeny         []string   `json:"fs_deny,omitempty"`
-	FSProtect      []string   `json:"fs_protect,omitempty"`
-	FSUnprotect    []string   `json:"fs_unprotect,omitempty"`
-	NetHosts       []string   `json:"net_hosts,omitempty"`
-	AllowedTools   []string   `json:"allowed_tools,omitempty"`
-	Env            []string   `json:"env,omitempty"`
-	Budget         budgetJSON `json:"budget"`
-	AllowDowngrade []string   `json:"allow_downgrade,omitempty"`
+	Version        int          `json:"version"`
+	FSRead         []string     `json:"fs_read,omitempty"`
+	FSWrite        []string     `json:"fs_write,omitempty"`
+	FSDeny         []string     `json:"fs_deny,omitempty"`
+	FSProtect      []string     `json:"fs_protect,omitempty"`
+	FSUnprotect    []string     `json:"fs_unprotect,omitempty"`
+	NetHosts       []string     `json:"net_hosts,omitempty"`
+	AllowedTools   []string     `json:"allowed_tools,omitempty"`
+	Env            []string     `json:"env,omitempty"`
+	Credentials    []Credential `json:"credentials,omitempty"`
+	Budget         budgetJSON   `json:"budget"`
+	AllowDowngrade []string     `json:"allow_downgrade,omitempty"`
 }
 
 // budgetJSON writes every budget; field order is the order of budgetKeys.
@@ -55,6 +56,7 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 		NetHosts:     hostStrings(p.netHosts),
 		AllowedTools: p.tools,
 		Env:          envStrings(p.env),
+		Credentials:  p.credentials,
 		Budget: budgetJSON{
 			MaxWall:        formatDuration(l.Wall),
 			MaxOutputBytes: FormatSize(l.OutputBytes),
@@ -113,6 +115,7 @@ func Equal(a, b *Policy) bool {
 		slices.Equal(hostStrings(a.netHosts), hostStrings(b.netHosts)) &&
 		slices.Equal(a.tools, b.tools) &&
 		slices.Equal(a.env, b.env) &&
+		slices.Equal(a.credentials, b.credentials) &&
 		a.limits == b.limits &&
 		slices.Equal(a.downgrades, b.downgrades)
 }

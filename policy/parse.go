@@ -35,7 +35,7 @@ import (
 const MaxInputSize = 1 << 20
 
 // topKeys are the keys a policy file may hold, in canonical order.
-var topKeys = []string{"version", "fs_read", "fs_write", "fs_deny", "fs_protect", "fs_unprotect", "net_hosts", "allowed_tools", "env", "budget", "allow_downgrade"}
+var topKeys = []string{"version", "fs_read", "fs_write", "fs_deny", "fs_protect", "fs_unprotect", "net_hosts", "allowed_tools", "env", "credentials", "budget", "allow_downgrade"}
 
 // budgetKeyStrings returns the keys the budget mapping may hold.
 func budgetKeyStrings() []string {
@@ -304,6 +304,8 @@ func (ps *fileParser) document(doc *yaml.Node) {
 			ps.d.tools = ps.list(v, key)
 		case "env":
 			ps.d.env = ps.list(v, key)
+		case "credentials":
+			ps.d.credentials = ps.credentials(v)
 		case "allow_downgrade":
 			ps.d.downgrades = ps.list(v, key)
 		case "budget":
@@ -412,6 +414,49 @@ func (ps *fileParser) list(v *yaml.Node, key string) []item {
 			continue
 		}
 		items = append(items, item{val: e.Value, line: e.Line, col: e.Column, label: key + " entry"})
+	}
+	return items
+}
+
+// credentials reads the credentials list: each entry a mapping of host,
+// header and env, or the written form "HOST:HEADER=ENV".
+func (ps *fileParser) credentials(v *yaml.Node) []item {
+	if v.Kind != yaml.SequenceNode {
+		ps.nodef(v, "credentials must be a list of {host, header, env}, got %s", kindName(v))
+		return nil
+	}
+	var items []item
+	for _, e := range v.Content {
+		if !ps.check(e) {
+			continue
+		}
+		if e.Kind == yaml.ScalarNode && e.Tag == "!!str" {
+			items = append(items, item{val: e.Value, line: e.Line, col: e.Column, label: "credentials entry"})
+			continue
+		}
+		if e.Kind != yaml.MappingNode {
+			ps.nodef(e, "credentials entries are {host: H, header: NAME, env: VAR}, got %s", kindName(e))
+			continue
+		}
+		f := map[string]string{}
+		seen := ps.mapping(e, []string{"host", "header", "env"}, "credentials entry", func(key string, _, val *yaml.Node) {
+			if val.Kind != yaml.ScalarNode || val.Tag != "!!str" {
+				ps.nodef(val, "credentials %s is a string, got %s", key, kindName(val))
+				return
+			}
+			f[key] = val.Value
+		})
+		missing := false
+		for _, k := range []string{"host", "header", "env"} {
+			if _, ok := seen[k]; !ok {
+				ps.nodef(e, "credentials entry has no %s: write {host: api.example.com, header: Authorization, env: EXAMPLE_TOKEN}", k)
+				missing = true
+			}
+		}
+		if missing || len(f) != 3 {
+			continue
+		}
+		items = append(items, item{val: f["host"] + ":" + f["header"] + "=" + f["env"], line: e.Line, col: e.Column, label: "credentials entry"})
 	}
 	return items
 }

@@ -58,6 +58,7 @@ type Policy struct {
 	fsProtect   []string // inside fs_write grants: read-only, cannot be created
 	fsUnprotect []string // built-in protected paths left writable
 	netHosts    []hostspec.Pattern
+	credentials []Credential
 	tools       []string
 	env         []EnvVar
 	limits      budget.Limits // all fields set

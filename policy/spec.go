@@ -16,6 +16,7 @@ type Spec struct {
 	NetHosts       []string      // hostspec patterns; nil grants no network
 	AllowedTools   []string      // bare names or absolute paths; nil grants no tools
 	Env            []string      // "NAME" or "NAME=value"; nil passes no variables
+	Credentials    []Credential  // added by the proxy, never seen inside; nil adds none
 	Budget         budget.Limits // zero fields take defaults; set fields count as explicit
 	AllowDowngrade []string      // Downgrade values; nil accepts no downgrade
 }
@@ -33,6 +34,7 @@ func New(s Spec) (*Policy, error) {
 		netHosts:    specItems(s.NetHosts, "net_hosts"),
 		tools:       specItems(s.AllowedTools, "allowed_tools"),
 		env:         specItems(s.Env, "env"),
+		credentials: credentialItems(s.Credentials, "credentials"),
 		downgrades:  specItems(s.AllowDowngrade, "allow_downgrade"),
 		limits:      limitItems(s.Budget, func(k budget.Limit) string { return string(k) }),
 	}
@@ -48,6 +50,15 @@ func New(s Spec) (*Policy, error) {
 // environment, and the default budget.
 func Default() *Policy {
 	return &Policy{limits: budget.Limits{}.WithDefaults()}
+}
+
+// credentialItems writes credentials in their written form for validate.
+func credentialItems(cs []Credential, label string) []item {
+	items := make([]item, len(cs))
+	for i, c := range cs {
+		items[i] = item{val: c.String(), label: label}
+	}
+	return items
 }
 
 // specItems labels values that have no position.

@@ -44,6 +44,7 @@ type draft struct {
 	netHosts    []item
 	tools       []item
 	env         []item
+	credentials []item // HOST:HEADER=ENV
 	downgrades  []item
 	limits      []limitItem
 }
@@ -112,6 +113,7 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 		}
 	}
 	p.env = v.envs(p.env, d.env) // duplicates are checked against base's entries too
+	v.credentials(p, d.credentials)
 	for _, it := range d.downgrades {
 		if !v.str(it) {
 			continue
@@ -419,6 +421,7 @@ func (p *Policy) clone() *Policy {
 	c.fsProtect = slices.Clone(p.fsProtect)
 	c.fsUnprotect = slices.Clone(p.fsUnprotect)
 	c.netHosts = slices.Clone(p.netHosts)
+	c.credentials = slices.Clone(p.credentials)
 	c.tools = slices.Clone(p.tools)
 	c.env = slices.Clone(p.env)
 	c.downgrades = slices.Clone(p.downgrades)
@@ -435,6 +438,7 @@ func (p *Policy) canonicalize() {
 	p.fsUnprotect = sortedUnique(p.fsUnprotect)
 	p.tools = sortedUnique(p.tools)
 	p.downgrades = sortedUnique(p.downgrades)
+	slices.SortFunc(p.credentials, func(a, b Credential) int { return strings.Compare(a.String(), b.String()) })
 	slices.SortFunc(p.netHosts, func(a, b hostspec.Pattern) int { return strings.Compare(a.String(), b.String()) })
 	p.netHosts = slices.CompactFunc(p.netHosts, func(a, b hostspec.Pattern) bool { return a.String() == b.String() })
 	slices.SortFunc(p.env, func(a, b EnvVar) int { return strings.Compare(a.Name, b.Name) })

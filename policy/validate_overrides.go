@@ -16,6 +16,7 @@ type Overrides struct {
 	NetHosts       []string      // --net-host: hostspec patterns; nil adds none
 	AllowedTools   []string      // --tool: bare names or absolute paths; nil adds none
 	Env            []string      // --env: "NAME" or "NAME=value"; nil adds none
+	Credentials    []string      // --credential: HOST:HEADER=ENV; nil adds none
 	AllowDowngrade []string      // --allow-downgrade: Downgrade values; nil adds none
 	Budget         budget.Limits // --max-*: zero fields leave the policy's budget as it is
 }
@@ -50,6 +51,7 @@ func (p *Policy) With(o Overrides, baseDir string) (*Policy, error) {
 		netHosts:    specItems(o.NetHosts, "--net-host"),
 		tools:       specItems(o.AllowedTools, "--tool"),
 		env:         specItems(o.Env, "--env"),
+		credentials: specItems(o.Credentials, "--credential"),
 		downgrades:  specItems(o.AllowDowngrade, "--allow-downgrade"),
 		limits:      limitItems(o.Budget, func(k budget.Limit) string { return flagNames[k] }),
 	}

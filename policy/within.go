@@ -137,6 +137,13 @@ func (p *Policy) Within(ceiling *Policy) error {
 			add(Env.String(), e.Name, "would pass the server's own "+e.Name+" into the sandbox, and the ceiling does not allow that: give it a value (NAME=value), or ask the operator to allow it")
 		}
 	}
+	// A credential names one of the server's own environment variables:
+	// only the operator's, exactly as the ceiling lists it.
+	for _, c := range p.credentials {
+		if !slices.Contains(ceiling.credentials, c) {
+			add("credentials", c.String(), "would send the value of the server's "+c.Env+" as "+c.Header+" to "+c.Host+", and the ceiling lists no such credential: remove it, or ask the operator to add it")
+		}
+	}
 	for _, k := range budgetKeys {
 		v, max := limitValue(p.limits, k), limitValue(ceiling.limits, k)
 		if v > max {

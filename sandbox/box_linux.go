@@ -75,6 +75,10 @@ type box struct {
 	lim   *limits
 	stage *staging
 	proxy atomic.Pointer[egress.Proxy]
+	// creds and ca are the policy's credentials with their values and
+	// the run's CA (prepareCredentials); nil without credentials.
+	creds []egress.Credential
+	ca    *egress.CA
 	// transparent is set once the tunnel listener and DNS are served.
 	transparent atomic.Pointer[transparent]
 	ctl         *control // set once launched

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"crypto/x509"
 	"io"
 	"log/slog"
 
@@ -67,6 +68,15 @@ type Config struct {
 	// policy) for the operator: the audit events and Report.Operator carry
 	// it either way.
 	AgentAdvice bool
+
+	// LookupEnv reads the values of the policy's credentials (their env
+	// names) on the supervisor's side. Nil means os.LookupEnv. A
+	// credential whose variable is unset or empty refuses the start.
+	LookupEnv func(name string) (string, bool)
+
+	// UpstreamRoots verifies the servers of hosts with credentials, whose
+	// TLS the proxy terminates. Nil means the host's system roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // proxyConnCap is the egress proxy's connection cap for a sandbox of

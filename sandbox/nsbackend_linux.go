@@ -33,6 +33,9 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := b.prepareCredentials(); err != nil {
+		return nil, err
+	}
 	if err := b.openStageAndLimits("namespaces"); err != nil {
 		return nil, err
 	}
@@ -308,7 +311,8 @@ func (b *box) serveProxyOn(fds []int, admit func(net.Conn) bool) {
 		return
 	}
 	p, err := egress.New(egress.Config{Policy: b.cfg.Policy, Meter: b.meter, Audit: b.sink, Resolver: b.cfg.Resolver, Dialer: b.cfg.Dialer, Logger: b.log,
-		MaxConns: proxyConnCap(b.pl.Limits.Pids, b.cfg.MaxProxyConns), AgentAdvice: b.cfg.AgentAdvice})
+		MaxConns: proxyConnCap(b.pl.Limits.Pids, b.cfg.MaxProxyConns), AgentAdvice: b.cfg.AgentAdvice,
+		Credentials: b.creds, CA: b.ca, UpstreamRoots: b.cfg.UpstreamRoots})
 	if err != nil {
 		b.log.Error("egress", "err", err) // no proxy: the sandbox has no way out at all
 		return

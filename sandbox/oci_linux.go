@@ -92,6 +92,9 @@ func (o ociBackend) launch(b *box) (*control, error) {
 	if b.pl.Proxy {
 		b.enf.Egress = EgressProxy
 	}
+	if err := b.prepareCredentials(); err != nil {
+		return nil, err
+	}
 	id := hostID(b.pl)
 	if rt.sentry {
 		// gVisor has no overlay of a host folder to stage writes on: they

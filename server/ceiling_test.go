@@ -343,3 +343,18 @@ func TestNewRefusesCeilingAndWorkspace(t *testing.T) {
 		})
 	}
 }
+
+// TestCeilingCredentials: a tenant may name only the ceiling's own
+// credentials; one that names another of the server's variables (a way to
+// read AWS_SECRET_ACCESS_KEY off a host the tenant may reach) is refused,
+// and the refusal does not show the ceiling's credentials.
+func TestCeilingCredentials(t *testing.T) {
+	ceiling := mustPolicy(t, "version: 1\nnet_hosts: [\"*.ceiling-only.test:443\"]\ncredentials:\n  - {host: api.ceiling-only.test, header: Authorization, env: CEILING_TOKEN}\n")
+	e := newEnv(t, server.Config{Ceiling: ceiling, WorkspaceDir: filepath.Join(t.TempDir(), "ws")})
+	e.create(tokA, "version: 1\nnet_hosts: [\"api.ceiling-only.test:443\"]\ncredentials: [\"api.ceiling-only.test:Authorization=CEILING_TOKEN\"]\n")
+	resp, body := e.createAnswer(tokA, "version: 1\nnet_hosts: [\"x.ceiling-only.test:443\"]\ncredentials: [\"x.ceiling-only.test:Authorization=AWS_SECRET_ACCESS_KEY\"]\n")
+	e.wantExceeds(resp, body, "credentials x.ceiling-only.test:Authorization=AWS_SECRET_ACCESS_KEY")
+	if strings.Contains(string(body), "CEILING_TOKEN") {
+		t.Errorf("the refusal shows the ceiling's credential: %s", body)
+	}
+}

@@ -90,6 +90,11 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	if cs := p.Credentials(); len(cs) > 0 {
+		// Nothing secret is exported; the exported sandbox simply has no
+		// one to add the credential, so its requests go without it.
+		fmt.Fprintf(stderr, "airlock export %s: warning: the policy's %d credentials are not exported: the exported proxy adds none, so requests to %s go without them\n", target, len(cs), cs[0].Host)
+	}
 	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: fs.Args(), Dir: pf.cwd, CommandIsGranted: true}
 	pl, err := cmd.Plan()
 	if err != nil {

@@ -23,7 +23,7 @@ type policyFlags struct {
 	file                             string
 	fsRead, fsWrite, hosts, tools    listFlag
 	fsDeny, fsProtect, fsUnprotect   listFlag
-	env, downgrade                   listFlag
+	env, downgrade, credentials      listFlag
 	maxWall, maxCPU                  string
 	maxOutput, maxMemory, maxScratch string
 	maxWrite                         string
@@ -41,6 +41,7 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.hosts, "net-host", "allow egress to `HOST[:PORT]` through the proxy (repeatable)")
 	fs.Var(&f.tools, "tool", "allow executing `TOOL` (repeatable)")
 	fs.Var(&f.env, "env", "pass `NAME` (or set NAME=VALUE) into the sandbox (repeatable)")
+	fs.Var(&f.credentials, "credential", "have the proxy set header HEADER on requests to HOST to the value of airlock's own environment variable ENV, which the sandbox never sees (`HOST:HEADER=ENV`, repeatable; HTTPS to HOST is terminated with a per-run CA trusted inside)")
 	fs.Var(&f.downgrade, "allow-downgrade", "accept running without `LAYER` if the host lacks it (landlock, max_memory, max_cpu, max_pids, fs_audit)")
 	fs.StringVar(&f.maxWall, "max-wall", "", "wall-clock deadline, e.g. 30s")
 	fs.StringVar(&f.maxCPU, "max-cpu", "", "CPU time of the whole tree, e.g. 10s")
@@ -64,7 +65,7 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 		}
 	}
 	o := policy.Overrides{FSRead: f.fsRead, FSWrite: f.fsWrite, FSDeny: f.fsDeny, FSProtect: f.fsProtect, FSUnprotect: f.fsUnprotect,
-		NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade}
+		NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade, Credentials: f.credentials}
 	var errs []error
 	dur := func(name, v string, dst *time.Duration) {
 		if v == "" {

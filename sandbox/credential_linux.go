@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/plan"
+)
+
+// systemBundles are where hosts keep their trusted roots (Debian and its
+// kin, then Fedora and its kin); the first that exists is the base of the
+// sandbox's bundle when the proxy terminates TLS.
+var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// maxBundle bounds the trust bundle read from the host.
+const maxBundle = 8 << 20
+
+// prepareCredentials reads the policy's credentials on the supervisor's
+// side, makes the run's CA and puts the trust bundle (the host's roots, or
+// the file the policy's SSL_CERT_FILE names, plus the CA) into the plan,
+// before anything starts: a credential that cannot be read refuses the
+// run. It does nothing for a policy without credentials.
+func (b *box) prepareCredentials() error {
+	pcs := b.cfg.Policy.Credentials()
+	if len(pcs) == 0 {
+		return nil
+	}
+	lookup := b.cfg.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	var creds []egress.Credential
+	var hosts []string
+	for _, c := range pcs {
+		v, ok := lookup(c.Env)
+		if !ok || v == "" {
+			return fmt.Errorf("credentials: %s for %s comes from the environment variable %s, which is not set where airlock runs (or is empty): export it for airlock; it never enters the sandbox", c.Header, c.Host, c.Env)
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return fmt.Errorf("credentials: the value of %s (%s for %s) holds a line break or NUL, which no header may carry", c.Env, c.Header, c.Host)
+		}
+		creds = append(creds, egress.Credential{Host: c.Host, Header: c.Header, Value: v})
+		hosts = append(hosts, c.Host)
+	}
+	ca, err := egress.NewCA(hosts)
+	if err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	base, err := trustBase(b.pl.Env)
+	if err != nil {
+		return err
+	}
+	pl, err := copyPlan(b.pl)
+	if err != nil {
+		return err
+	}
+	bundle := append(base, '\n')
+	plan.WithCABundle(pl, append(bundle, ca.CertPEM()...))
+	b.pl, b.creds, b.ca = pl, creds, ca
+	return nil
+}
+
+// trustBase reads the roots the sandbox would have trusted without the
+// CA: the file the policy's SSL_CERT_FILE names (grants appear at their
+// host paths), else the host's system bundle, else none.
+func trustBase(env []string) ([]byte, error) {
+	paths := systemBundles
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "SSL_CERT_FILE="); ok && v != "" {
+			paths = []string{v}
+		}
+	}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("credentials: read the trusted roots %s: %w", p, err)
+		}
+		defer f.Close()
+		buf := make([]byte, maxBundle+1)
+		n, _ := f.Read(buf)
+		for n < len(buf) {
+			m, err := f.Read(buf[n:])
+			n += m
+			if err != nil || m == 0 {
+				break
+			}
+		}
+		if n > maxBundle {
+			return nil, fmt.Errorf("credentials: the trusted roots %s are larger than %d MiB", p, maxBundle>>20)
+		}
+		return buf[:n], nil
+	}
+	return nil, nil
+}
