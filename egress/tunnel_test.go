@@ -246,3 +246,23 @@ func TestNamesBound(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenTunnelAddressGuard: the transparent path asks the same question
+// as every front end: a granted name that resolves to a private, loopback
+// or metadata address is refused before any dial (SSRF), and an address
+// literal is reachable only when listed exactly.
+func TestOpenTunnelAddressGuard(t *testing.T) {
+	h := startProxy(t, harnessConfig{hosts: []string{"meta.test", "private.test", "*.wild.test"},
+		resolve: map[string]string{"meta.test": "169.254.169.254", "private.test": "10.0.0.7", "x.wild.test": "127.0.0.1"}})
+	for _, tc := range []struct {
+		host string
+		port uint16
+	}{{"meta.test", 80}, {"private.test", 443}, {"x.wild.test", 443}, {"169.254.169.254", 80}, {"10.0.0.7", 443}, {"127.0.0.1", 443}} {
+		if _, err := h.p.OpenTunnel(context.Background(), tc.host, tc.port); !isDeny(err) {
+			t.Errorf("OpenTunnel(%s:%d) = %v, want a denial", tc.host, tc.port, err)
+		}
+	}
+	if d := h.dialer.dialed(); len(d) != 0 {
+		t.Errorf("dialed %q, want nothing", d)
+	}
+}

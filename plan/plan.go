@@ -301,6 +301,15 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		if err != nil {
 			return "", err
 		}
+		if inside != real && slices.ContainsFunc(base, func(m Mount) bool {
+			return m.Kind == KindBind && !m.File && pathspec.Within(m.Target, inside)
+		}) {
+			// A symlink inside a folder the base binds whole (git's
+			// /usr/lib/git-core/git-remote-https -> git-remote-http): the
+			// link is already there and cannot be a mountpoint; the file
+			// it leads to is the tool.
+			inside = real
+		}
 		if !seen[inside] {
 			seen[inside] = true
 			pl.Tools = append(pl.Tools, inside)
