@@ -1,6 +1,6 @@
 module github.com/airlock-sandbox/airlock
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0

@@ -192,3 +192,24 @@ func trackedGoFiles(t *testing.T) []string {
 	}
 	return goSourceFiles(t)
 }
+
+// TestGoLineAllowsEveryPatch: the go line of go.mod names a minor release
+// (x.y or x.y.0), so a module that imports airlock is not forced onto the
+// newest patch release of the toolchain.
+func TestGoLineAllowsEveryPatch(t *testing.T) {
+	for _, f := range []string{"go.mod", "bench/go.mod"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			v, ok := strings.CutPrefix(line, "go ")
+			if !ok {
+				continue
+			}
+			if parts := strings.Split(v, "."); len(parts) > 2 && parts[2] != "0" {
+				t.Errorf("%s: go %s forces patch release %s on every importer: write go %s.%s.0", f, v, v, parts[0], parts[1])
+			}
+		}
+	}
+}

@@ -15,9 +15,15 @@ var ErrSessionClosed = errors.New("api: session closed")
 // SessionInfo describes a live session: the JSON of GET
 // /v1/sessions/{id}, and what sandbox.Session.Info returns.
 type SessionInfo struct {
-	ID       string    `json:"id"`
-	Created  time.Time `json:"created"`
-	Deadline time.Time `json:"deadline"` // max_wall ends the session then
+	ID      string    `json:"id"`
+	Created time.Time `json:"created"`
+	// Deadline is when the session's lifetime ends it, unless extended.
+	Deadline time.Time `json:"deadline"`
+	// MaxDeadline is the latest end an extension can give it.
+	MaxDeadline time.Time `json:"max_deadline"`
+	// ExecWall is each exec's deadline (the policy's max_wall), a Go
+	// duration such as "30s".
+	ExecWall string `json:"exec_wall"`
 	// IdleDeadline is when the API server's idle timeout ends the session
 	// unless a request uses it. Only the server sets it; it is zero in
 	// what sandbox.Session.Info returns.
@@ -65,7 +71,7 @@ type ExecRequest struct {
 	// False means pipes and no controlling terminal.
 	PTY bool
 
-	// Timeout bounds this exec; zero means until the session's deadline.
+	// Timeout bounds this exec; zero means max_wall, which also caps it.
 	// An exec that times out is killed (its process group) and reported
 	// with halted_by "max_wall"; the session goes on.
 	Timeout time.Duration
@@ -81,8 +87,8 @@ type ExecBody struct {
 	// PTY runs the command on a pseudo-terminal (ExecRequest.PTY): its
 	// output then arrives merged, as stdout.
 	PTY bool `json:"pty,omitempty"`
-	// Timeout is a Go duration such as "30s"; "" means until the session's
-	// deadline.
+	// Timeout is a Go duration such as "30s"; "" means max_wall, which
+	// also caps it.
 	Timeout string `json:"timeout,omitempty"`
 }
 

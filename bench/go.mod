@@ -1,6 +1,6 @@
 module github.com/airlock-sandbox/airlock/bench
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/airlock-sandbox/airlock v0.0.0

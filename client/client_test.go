@@ -38,10 +38,11 @@ type echoSession struct {
 	once sync.Once
 }
 
-func (s *echoSession) ID() string            { return s.id }
-func (s *echoSession) Guard() *guard.Guard   { return s.g }
-func (s *echoSession) Done() <-chan struct{} { return s.done }
-func (s *echoSession) Close() error          { s.once.Do(func() { close(s.done) }); return nil }
+func (s *echoSession) ID() string                                { return s.id }
+func (s *echoSession) Guard() *guard.Guard                       { return s.g }
+func (s *echoSession) Done() <-chan struct{}                     { return s.done }
+func (s *echoSession) Close() error                              { s.once.Do(func() { close(s.done) }); return nil }
+func (s *echoSession) Extend(d time.Duration) (time.Time, error) { return time.Now().Add(d), nil }
 func (s *echoSession) Info() api.SessionInfo {
 	return api.SessionInfo{ID: s.id, Workspace: s.ws, Execs: 1, Usage: api.Usage{Ops: 2}}
 }
@@ -186,9 +187,14 @@ func TestWorkflow(t *testing.T) {
 	_, err = s.Download(ctx, "dir/a b%?#.txt")
 	apiError(t, "Download after Delete", err, 404, "file_not_found")
 
+	if info, err := s.Extend(ctx, 2*time.Hour); err != nil || info.ID != s.ID() {
+		t.Fatalf("Extend: %+v %v", info, err)
+	}
 	if err := s.Destroy(ctx); err != nil {
 		t.Fatalf("Destroy: %v", err)
 	}
+	_, err = s.Extend(ctx, time.Hour)
+	apiError(t, "Extend after Destroy", err, 410, "session_ended")
 	_, err = s.Exec(ctx, client.ExecRequest{Args: []string{"sh"}, OnOutput: func(string, []byte) {}})
 	apiError(t, "streamed Exec after Destroy", err, 410, "session_ended")
 }

@@ -55,7 +55,7 @@ type ExecRequest struct {
 	Stdin string
 
 	// Timeout bounds the exec; the server kills it when it passes. Zero
-	// means until the session's deadline.
+	// means the policy's max_wall, which also caps it.
 	Timeout time.Duration
 
 	// OnOutput, when set, streams the output: it is called with "stdout"
@@ -194,6 +194,16 @@ func (s *Session) Delete(ctx context.Context, path string) error {
 func (s *Session) Info(ctx context.Context) (*api.SessionInfo, error) {
 	var info api.SessionInfo
 	if err := s.c.doJSON(ctx, "GET", s.path(""), nil, &info); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Extend moves the session's end to d from now (never closer, never
+// beyond its max_deadline) and returns the session with its new deadline.
+func (s *Session) Extend(ctx context.Context, d time.Duration) (*api.SessionInfo, error) {
+	var info api.SessionInfo
+	if err := s.c.doJSON(ctx, "POST", s.path("/extend"), map[string]string{"by": d.String()}, &info); err != nil {
 		return nil, err
 	}
 	return &info, nil

@@ -49,6 +49,10 @@ type Config struct {
 	// MCP client sessions. Zero means 8.
 	MaxSessions int
 
+	// ProgressInterval is how often run notifies progress to a client
+	// that sent a progress token. Zero means DefaultProgressInterval.
+	ProgressInterval time.Duration
+
 	// IdleTimeout closes an HTTP client session, and its sandbox, after
 	// this long without a request. Zero means 10 minutes. Stdio sessions
 	// end with their transport.
@@ -114,6 +118,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = 8
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = DefaultProgressInterval
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 10 * time.Minute

@@ -34,6 +34,22 @@ type fakeSession struct {
 	done   chan struct{}     // closed by Close
 	rep    api.Report        // what Exec returns; guarded by mu
 	err    error             // what Exec returns; guarded by mu
+	// run, when set, is what Exec does before it answers (with req's
+	// writers), outside mu.
+	run      func(req api.ExecRequest)
+	deadline time.Time // guarded by mu: what Extend moved
+}
+
+func (f *fakeSession) Extend(d time.Duration) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return time.Time{}, api.ErrSessionClosed
+	}
+	if to := time.Now().Add(d); to.After(f.deadline) {
+		f.deadline = to
+	}
+	return f.deadline, nil
 }
 
 func (f *fakeSession) ID() string            { return "fake" }
@@ -41,6 +57,9 @@ func (f *fakeSession) Guard() *guard.Guard   { return f.g }
 func (f *fakeSession) Info() api.SessionInfo { return api.SessionInfo{ID: "fake", Workspace: f.ws} }
 
 func (f *fakeSession) Exec(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
+	if f.run != nil {
+		f.run(req)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reqs = append(f.reqs, req)
@@ -71,6 +90,7 @@ type fakes struct {
 	made []*fakeSession // guarded by mu
 	rep  api.Report
 	err  error
+	run  func(req api.ExecRequest) // each fake's run
 }
 
 func (fs *fakes) new(ctx context.Context, p *policy.Policy) (Session, error) {
@@ -82,7 +102,7 @@ func (fs *fakes) new(ctx context.Context, p *policy.Policy) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &fakeSession{g: g, ws: ws, rep: fs.rep, err: fs.err, done: make(chan struct{})}
+	f := &fakeSession{g: g, ws: ws, rep: fs.rep, err: fs.err, run: fs.run, done: make(chan struct{})}
 	fs.mu.Lock()
 	fs.made = append(fs.made, f)
 	fs.mu.Unlock()
@@ -112,7 +132,7 @@ func TestListTools(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"list_files", "read_file", "run", "session_info", "write_file"}
+	want := []string{"extend_session", "list_files", "read_file", "run", "session_info", "write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
 	}

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/guard"
@@ -28,11 +29,15 @@ type Session interface {
 	// Info describes the session.
 	Info() api.SessionInfo
 
+	// Extend moves the session's end to d from now, never closer and
+	// never beyond its maximum lifetime, and returns the end in force.
+	Extend(d time.Duration) (time.Time, error)
+
 	// Close ends the session and everything running in it. It may be
 	// called more than once.
 	Close() error
 }
 
 // NewSessionFunc starts a session under p that lives until it is closed,
-// its max_wall deadline passes, or ctx ends.
+// its lifetime ends, or ctx ends.
 type NewSessionFunc func(ctx context.Context, p *policy.Policy) (Session, error)

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/api"
@@ -24,11 +25,57 @@ import (
 // addTools registers the tools, with descriptions derived from the policy.
 func (s *Server) addTools() {
 	p := s.cfg.Policy
-	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolRun, Description: runDescription(p)}, s.run)
-	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolReadFile, Description: readDescription(p)}, s.readFile)
-	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolWriteFile, Description: writeDescription(p)}, s.writeFile)
-	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolListFiles, Description: listDescription(p)}, s.listFiles)
-	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolSessionInfo, Description: infoDescription}, s.sessionInfo)
+	yes, no := true, false
+	// The hints are for the client's confirmation prompts; the sandbox,
+	// not the hint, is what bounds each tool. run and write_file change
+	// the workspace (destructive: they may replace files); run reaches the
+	// network only when net_hosts grants hosts (open world).
+	openWorld := len(p.NetHosts()) > 0
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolRun, Description: runDescription(p), InputSchema: runInputSchema(),
+		Annotations: &sdk.ToolAnnotations{Title: "Run a command in the sandbox", DestructiveHint: &yes, OpenWorldHint: &openWorld}}, s.run)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolReadFile, Description: readDescription(p),
+		Annotations: &sdk.ToolAnnotations{Title: "Read a file in the sandbox", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no}}, s.readFile)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolWriteFile, Description: writeDescription(p),
+		Annotations: &sdk.ToolAnnotations{Title: "Write a file in the sandbox", DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}, s.writeFile)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolListFiles, Description: listDescription(p),
+		Annotations: &sdk.ToolAnnotations{Title: "List a folder in the sandbox", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no}}, s.listFiles)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolSessionInfo, Description: infoDescription,
+		Annotations: &sdk.ToolAnnotations{Title: "Show the sandbox's grants and budget", ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: &no}}, s.sessionInfo)
+	sdk.AddTool(s.srv, &sdk.Tool{Name: ToolExtend, Description: extendDescription,
+		Annotations: &sdk.ToolAnnotations{Title: "Extend the sandbox session", DestructiveHint: &no, IdempotentHint: true, OpenWorldHint: &no}}, s.extend)
+}
+
+// runInputSchema is RunInput's schema with command an array of strings
+// only: the generated schema allows null for a Go slice, and some clients
+// then send a string.
+func runInputSchema() *jsonschema.Schema {
+	sc, err := jsonschema.For[RunInput](nil)
+	if err != nil {
+		panic("mcp: airlock bug: RunInput has no schema: " + err.Error())
+	}
+	if c := sc.Properties["command"]; c != nil {
+		c.Type, c.Types = "array", nil
+		c.MinItems = jsonschema.Ptr(1)
+	}
+	return sc
+}
+
+const extendDescription = "Keep the sandbox session alive longer: its end moves to `seconds` from now (never beyond max_deadline, which session_info shows). Each run keeps its own deadline (max_wall). Costs no budget."
+
+// extend moves the session's end.
+func (s *Server) extend(ctx context.Context, req *sdk.CallToolRequest, in ExtendInput) (*sdk.CallToolResult, ExtendOutput, error) {
+	if !(in.Seconds > 0) || in.Seconds > maxTimeout.Seconds() {
+		return nil, ExtendOutput{}, fmt.Errorf("seconds %v: give how long from now the session should live, more than 0 and at most %v", in.Seconds, maxTimeout.Seconds())
+	}
+	sess, err := s.sandboxFor(req.Session)
+	if err != nil {
+		return nil, ExtendOutput{}, err
+	}
+	end, err := sess.Extend(time.Duration(in.Seconds * float64(time.Second)))
+	if err != nil {
+		return nil, ExtendOutput{}, s.public(ToolExtend, err)
+	}
+	return nil, ExtendOutput{Deadline: end, MaxDeadline: sess.Info().MaxDeadline}, nil
 }
 
 // maxTimeout bounds timeout_seconds before conversion, so that a huge
@@ -117,6 +164,16 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 	er := api.ExecRequest{Args: pl.argv, Dir: s.cfg.Dir, PTY: in.PTY, Timeout: time.Duration(in.TimeoutSeconds * float64(time.Second))}
 	if in.Stdin != "" {
 		er.Stdin = strings.NewReader(in.Stdin)
+	}
+	if token := req.Params.GetProgressToken(); token != nil {
+		// A client that asked for progress hears from the run every
+		// ProgressInterval, with the output so far, so that it does not
+		// give up on a long command (the TypeScript SDK does at 60 s).
+		tail := &tailWriter{max: progressTail}
+		er.Stdout, er.Stderr = tail, tail
+		stop := make(chan struct{})
+		defer close(stop)
+		go s.progress(ctx, req.Session, token, tail, stop)
 	}
 	got, err := sess.Exec(ctx, er)
 	if err != nil {
@@ -300,6 +357,10 @@ func (s *Server) sessionInfo(ctx context.Context, req *sdk.CallToolRequest, _ Se
 		}
 		deadline := m.Deadline()
 		out.Deadline = &deadline
+		if !info.MaxDeadline.IsZero() {
+			md := info.MaxDeadline
+			out.MaxDeadline = &md
+		}
 	} else if ws := s.cfg.Policy.FSWrite(); len(ws) > 0 {
 		out.Workspace = ws[0]
 	}

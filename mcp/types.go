@@ -13,6 +13,7 @@ const (
 	ToolWriteFile   = "write_file"
 	ToolListFiles   = "list_files"
 	ToolSessionInfo = "session_info"
+	ToolExtend      = "extend_session"
 )
 
 // RunInput is the arguments of run: exactly one of Command or Code.
@@ -22,7 +23,7 @@ type RunInput struct {
 	Language       string   `json:"language,omitempty" jsonschema:"the language of code: python, sh or bash; its interpreter must be in allowed_tools"`
 	Stdin          string   `json:"stdin,omitempty" jsonschema:"text given to the program on standard input; empty means none"`
 	PTY            bool     `json:"pty,omitempty" jsonschema:"run the program on a pseudo-terminal (it sees a terminal; stdout and stderr arrive merged in stdout); default false"`
-	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"stop the program after this many seconds (it is reported with halted_by max_wall); 0 means until the session's deadline"`
+	TimeoutSeconds float64  `json:"timeout_seconds,omitempty" jsonschema:"stop the program after this many seconds (it is reported with halted_by max_wall); 0 means max_wall, which also caps it"`
 }
 
 // RunOutput is the structured result of run: the report of DESIGN §4, and
@@ -100,13 +101,14 @@ type SessionInfoOutput struct {
 	Env          []string   `json:"env" jsonschema:"environment variables set or passed in"`
 	Budget       BudgetInfo `json:"budget"`
 	Usage        *UsageInfo `json:"usage,omitempty" jsonschema:"what the session has used; absent before it started"`
-	Deadline     *time.Time `json:"deadline,omitempty" jsonschema:"when the session ends (max_wall from its start)"`
+	Deadline     *time.Time `json:"deadline,omitempty" jsonschema:"when the session ends unless extended (extend_session)"`
+	MaxDeadline  *time.Time `json:"max_deadline,omitempty" jsonschema:"the latest end extend_session can give the session"`
 	Downgrades   []string   `json:"allow_downgrade,omitempty" jsonschema:"layers the policy accepts running without"`
 }
 
 // BudgetInfo is the policy's budget as written in a policy file.
 type BudgetInfo struct {
-	MaxWall        string `json:"max_wall" jsonschema:"the session's lifetime; each run may also set timeout_seconds"`
+	MaxWall        string `json:"max_wall" jsonschema:"each run's deadline; a run may set a shorter timeout_seconds"`
 	MaxOutputBytes string `json:"max_output_bytes" jsonschema:"stdout+stderr kept per run; beyond it the run is halted"`
 	MaxOps         int64  `json:"max_ops" jsonschema:"tool calls, execs and egress requests for the whole session"`
 	MaxMemory      string `json:"max_memory"`
@@ -123,6 +125,17 @@ type UsageInfo struct {
 	OutputBytes int64   `json:"output_bytes"`
 	CPUMS       int64   `json:"cpu_ms"`
 	Execs       int     `json:"execs"`
-	SecondsLeft float64 `json:"seconds_left"`
+	SecondsLeft float64 `json:"seconds_left" jsonschema:"until the session's end, unless extended"`
 	HaltedBy    string  `json:"halted_by,omitempty" jsonschema:"the budget that ended the session, if any"`
+}
+
+// ExtendInput is the arguments of extend_session.
+type ExtendInput struct {
+	Seconds float64 `json:"seconds" jsonschema:"how long from now the session should live; never beyond its max_deadline"`
+}
+
+// ExtendOutput is the result of extend_session.
+type ExtendOutput struct {
+	Deadline    time.Time `json:"deadline" jsonschema:"when the session now ends"`
+	MaxDeadline time.Time `json:"max_deadline" jsonschema:"the latest end an extension can give it"`
 }

@@ -89,11 +89,12 @@ type box struct {
 	// supervisor is root; 0 rootless (it runs as the caller).
 	sandboxID int
 
-	ready   chan error    // receives once: nil when ready, or why not
-	routed  chan struct{} // closed when the control process's messages are all delivered
-	done    chan struct{} // closed when everything is torn down
-	closeCh chan struct{} // closed by close
-	once    sync.Once
+	ready    chan error    // receives once: nil when ready, or why not
+	extended chan struct{} // a session's end moved (Extend): the deadline timer is reset
+	routed   chan struct{} // closed when the control process's messages are all delivered
+	done     chan struct{} // closed when everything is torn down
+	closeCh  chan struct{} // closed by close
+	once     sync.Once
 
 	mu      sync.Mutex
 	guard   *guard.Guard                   // guarded by mu: a session's file API, closed first at teardown
@@ -113,14 +114,20 @@ type final struct {
 // it is ready to exec, or the reason it is not (the error). It ends when
 // close is called, at its deadline, or when ctx ends.
 func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box, error) {
-	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
+	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), extended: make(chan struct{}, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
 		pending: map[string]chan nsinit.Message{}}
 	b.log = cfg.Logger
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.sink = audit.Tee{&b.rec, cfg.Audit}
-	b.meter = budget.NewMeter(pl.Limits.Budget(), cfg.Clock)
+	if pl.Session {
+		// A session lives for its lifetime; max_wall bounds each exec.
+		lifetime, _ := cfg.sessionLifetimes()
+		b.meter = budget.NewSessionMeter(pl.Limits.Budget(), lifetime, cfg.Clock)
+	} else {
+		b.meter = budget.NewMeter(pl.Limits.Budget(), cfg.Clock)
+	}
 	b.fs = startFSAudit(b)
 	go b.supervise(ctx, be)
 	if err := <-b.ready; err != nil {
@@ -150,15 +157,26 @@ func (b *box) supervise(ctx context.Context, be backend) {
 	go b.route()
 	timer := time.NewTimer(time.Until(b.meter.Deadline()))
 	defer timer.Stop()
-	select {
-	case <-timer.C:
-		b.halt(budget.MaxWall, "the sandbox passed max_wall and was ended with everything running in it")
-	case <-b.meter.Done(): // a charge the sandbox provoked blew the budget (max_ops)
-		b.halt("", haltReason(b.meter.HaltedBy()))
-	case <-ctx.Done():
-		b.halt(budget.Interrupted, "the caller stopped the sandbox ("+context.Cause(ctx).Error()+"): everything running in it was killed")
-	case <-ctl.exited:
-	case <-b.closeCh:
+wait:
+	for {
+		select {
+		case <-b.extended:
+			timer.Reset(time.Until(b.meter.Deadline()))
+			continue
+		case <-timer.C:
+			if b.pl.Session {
+				b.halt(budget.SessionLifetime, "the session reached the end of its lifetime and was ended with everything running in it: extend a session before its deadline (Session.Extend, POST /v1/sessions/{id}/extend, the MCP tool extend_session)")
+			} else {
+				b.halt(budget.MaxWall, "the sandbox passed max_wall and was ended with everything running in it")
+			}
+		case <-b.meter.Done(): // a charge the sandbox provoked blew the budget (max_ops)
+			b.halt("", haltReason(b.meter.HaltedBy()))
+		case <-ctx.Done():
+			b.halt(budget.Interrupted, "the caller stopped the sandbox ("+context.Cause(ctx).Error()+"): everything running in it was killed")
+		case <-ctl.exited:
+		case <-b.closeCh:
+		}
+		break wait
 	}
 	b.mu.Lock()
 	b.closed = true

@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -77,6 +78,33 @@ type Config struct {
 	// UpstreamRoots verifies the servers of hosts with credentials, whose
 	// TLS the proxy terminates. Nil means the host's system roots.
 	UpstreamRoots *x509.CertPool
+
+	// SessionLifetime is how long a Session lives from its start unless
+	// Extend moves its end; zero means DefaultSessionLifetime. The
+	// policy's max_wall bounds each exec, not the session. Cmd ignores it.
+	SessionLifetime time.Duration
+
+	// SessionMaxLifetime bounds how far Extend may move a session's end,
+	// counted from its start; zero means DefaultSessionMaxLifetime.
+	SessionMaxLifetime time.Duration
+}
+
+// Session lifetimes when the Config leaves them zero.
+const (
+	DefaultSessionLifetime    = time.Hour
+	DefaultSessionMaxLifetime = 24 * time.Hour
+)
+
+// sessionLifetimes returns the Config's session lifetime and its bound.
+func (c Config) sessionLifetimes() (lifetime, maxLifetime time.Duration) {
+	lifetime, maxLifetime = c.SessionLifetime, c.SessionMaxLifetime
+	if lifetime <= 0 {
+		lifetime = DefaultSessionLifetime
+	}
+	if maxLifetime <= 0 {
+		maxLifetime = DefaultSessionMaxLifetime
+	}
+	return min(lifetime, maxLifetime), maxLifetime
 }
 
 // proxyConnCap is the egress proxy's connection cap for a sandbox of

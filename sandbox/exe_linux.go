@@ -20,16 +20,21 @@ const InitBinary = "airlock-init"
 // its fd, so it cannot be swapped after the check and the sandbox's
 // unprivileged uid never has to walk the host's directories to find it.
 // Every choice runs the same init code: the fallback changes speed, not
-// enforcement.
+// enforcement. Re-executing this program needs Init to have been called
+// in it (errNoInit otherwise).
 func openInit(configured string) (*os.File, error) {
 	if configured != "" {
 		return os.Open(configured)
 	}
 	self, err := os.Executable()
-	if err != nil {
-		return nil, nil
+	var f *os.File
+	if err == nil {
+		f = openInitNextTo(self)
 	}
-	return openInitNextTo(self), nil
+	if f == nil && !initCalled.Load() {
+		return nil, errNoInit
+	}
+	return f, nil
 }
 
 // openInitNextTo applies openInit's rules to the binary at self.

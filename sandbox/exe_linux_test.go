@@ -2,8 +2,12 @@ package sandbox
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 )
 
 func TestInitNextTo(t *testing.T) {
@@ -53,5 +57,23 @@ func TestInitNextTo(t *testing.T) {
 	}
 	if _, err := openInit("/nonexistent/init"); err == nil {
 		t.Error("openInit of a configured binary that does not exist succeeded")
+	}
+}
+
+// TestRunWithoutInit: a program that forgot sandbox.Init (and has no
+// airlock-init beside it) is refused with an error that names Init, before
+// anything starts (before: a cryptic cgroup error).
+func TestRunWithoutInit(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		airtest.SkipOrFail(t, "no go toolchain to build the program: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "noinit")
+	if out, err := exec.Command(goBin, "build", "-o", bin, "./testdata/noinit").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, _ := exec.Command(bin).CombinedOutput()
+	if !strings.Contains(string(out), "exit 125") || !strings.Contains(string(out), "sandbox.Init()") {
+		t.Fatalf("a run without sandbox.Init: %s; want exit 125 naming sandbox.Init()", out)
 	}
 }

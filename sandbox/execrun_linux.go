@@ -23,6 +23,10 @@ type execRun struct {
 	report *Report
 	start  time.Time
 	whole  bool // the box's only exec (Cmd.Run)
+	// atMaxWall says the exec's deadline is the policy's max_wall (a
+	// session's exec that asked for no shorter timeout and starts with
+	// more than max_wall left of the session).
+	atMaxWall bool
 	// cpuBefore is the sandbox's CPU time (cgroup) when the exec began.
 	cpuBefore int64
 
@@ -30,11 +34,17 @@ type execRun struct {
 }
 
 func newExecRun(b *box, wall time.Duration, whole bool) *execRun {
+	if b.pl.Session && (wall <= 0 || wall > b.pl.Limits.Wall) {
+		// max_wall bounds each exec of a session; a shorter timeout may
+		// be asked for, never a longer one.
+		wall = b.pl.Limits.Wall
+	}
+	atMaxWall := b.pl.Session && wall == b.pl.Limits.Wall
 	left := time.Until(b.meter.Deadline())
 	if wall <= 0 || wall > left {
-		wall = left
+		wall, atMaxWall = left, false
 	}
-	e := &execRun{b: b, start: time.Now(), whole: whole, cpuBefore: b.lim.cpu(), report: &Report{Denials: []Denial{}},
+	e := &execRun{b: b, start: time.Now(), whole: whole, atMaxWall: atMaxWall, cpuBefore: b.lim.cpu(), report: &Report{Denials: []Denial{}},
 		meter: budget.NewMeter(budget.Limits{OutputBytes: b.pl.Limits.Output, Wall: max(wall, time.Millisecond)}, b.cfg.Clock)}
 	e.report.Enforcement = b.enf
 	return e
@@ -54,15 +64,25 @@ func (e *execRun) wallMessage() string {
 	if e.whole {
 		return "the run passed max_wall and was killed with everything it started"
 	}
+	if e.atMaxWall {
+		return "the exec passed max_wall, the policy's limit for each exec, and was killed; the session goes on"
+	}
 	if e.timedOut() {
 		return "the exec passed its timeout and was killed; the session goes on"
 	}
-	return "the exec passed the session's max_wall and was killed"
+	return "the session's lifetime ended during the exec, which was killed with everything in the session"
 }
 
-// timedOut reports whether the exec's own deadline, not the box's, ended it.
+// timedOut reports whether the exec's own shorter timeout, not max_wall
+// nor the session's end, ended it.
 func (e *execRun) timedOut() bool {
-	return !e.whole && e.b.meter.HaltedBy() == "" && e.now().Before(e.b.meter.Deadline())
+	return !e.whole && !e.atMaxWall && e.b.meter.HaltedBy() == "" && e.now().Before(e.b.meter.Deadline())
+}
+
+// sessionEnded reports whether the session's lifetime, not the exec's own
+// deadline, ended it.
+func (e *execRun) sessionEnded() bool {
+	return !e.whole && !e.atMaxWall && !e.timedOut()
 }
 
 func (e *execRun) now() time.Time {
@@ -79,10 +99,13 @@ func (e *execRun) reportHalt() bool {
 		return false
 	}
 	hint := ""
-	if h == budget.MaxWall && e.timedOut() {
+	switch {
+	case h == budget.MaxWall && e.timedOut():
 		// The exec's own timeout ended it, not the policy: the caller may
 		// give it a longer one.
-		hint = "give the exec a longer timeout, up to what is left of the session's max_wall"
+		hint = "give the exec a longer timeout, up to the policy's max_wall"
+	case h == budget.MaxWall && e.sessionEnded():
+		h, hint = budget.SessionLifetime, "extend the session before its deadline (Session.Extend, POST /v1/sessions/{id}/extend, extend_session)"
 	}
 	haltReport(e.report, e.b.sink, e.b.cfg.Policy, h, e.haltMessage(), hint)
 	return true

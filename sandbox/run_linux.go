@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
@@ -18,8 +19,17 @@ import (
 // Init hands control to the sandbox's init when this process is the
 // re-executed child; otherwise it returns at once. Call it first in main.
 func Init() {
+	initCalled.Store(true)
 	nsinit.Dispatch() // the same table as cmd/airlock-init's
 }
+
+// initCalled says Init ran in this process, so that re-executing it as
+// the sandbox's init reaches the init and not the program's own main.
+var initCalled atomic.Bool
+
+// errNoInit is the refusal when the program would re-execute itself as
+// the init without having called Init.
+var errNoInit = errors.New("sandbox: this program would re-execute itself as the sandbox's init, but it never called sandbox.Init(): call sandbox.Init() first thing in main, or set Config.Executable to an airlock-init binary (or put airlock-init next to this program)")
 
 // Run starts a sandbox, runs the command in it, waits for it and closes
 // the sandbox (copying its writes back): the one lifecycle with a single

@@ -20,8 +20,8 @@ import (
 // between execs, one budget. Each Exec runs a command inside it with the
 // same restrictions; background processes survive between execs and die
 // with the session. max_ops counts execs, file operations (Guard) and egress
-// requests; max_wall is the session's deadline; max_output_bytes applies to
-// each exec. It is safe for concurrent use.
+// requests; max_wall and max_output_bytes apply to each exec; the session
+// lives for Config.SessionLifetime, which Extend moves. It is safe for concurrent use.
 type Session struct {
 	id      string
 	b       *box
@@ -31,8 +31,8 @@ type Session struct {
 	guard   *guard.Guard // guarded by guardMu; set once the sandbox is ready
 }
 
-// NewSession starts a sandbox that stays up until Close, its max_wall
-// deadline, or ctx ends. It returns once the sandbox is fully restricted
+// NewSession starts a sandbox that stays up until Close, the end of its
+// lifetime (Config.SessionLifetime, moved by Extend), or ctx ends. It returns once the sandbox is fully restricted
 // and ready for Exec.
 func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if ctx == nil {
@@ -181,6 +181,36 @@ func (s *Session) Guard() *guard.Guard {
 	return s.guard
 }
 
+// Extend moves the session's end to d from now, when that is later than
+// its end now, and never beyond SessionMaxLifetime from its start; it
+// returns the end in force. It fails once the session has ended.
+func (s *Session) Extend(d time.Duration) (time.Time, error) {
+	b := s.b
+	if d <= 0 {
+		return b.meter.Deadline(), fmt.Errorf("sandbox: extend by %v: give a positive duration", d)
+	}
+	_, maxLifetime := b.cfg.sessionLifetimes()
+	to := time.Now().Add(d)
+	limit := s.created.Add(maxLifetime)
+	if to.After(limit) {
+		to = limit
+	}
+	select {
+	case <-b.done:
+		return b.meter.Deadline(), ErrSessionClosed
+	default:
+	}
+	end, err := b.meter.Extend(to)
+	if err != nil {
+		return end, ErrSessionClosed
+	}
+	select {
+	case b.extended <- struct{}{}:
+	default: // a reset is already pending; it reads the new deadline
+	}
+	return end, nil
+}
+
 // Done is closed when the session has ended.
 func (s *Session) Done() <-chan struct{} { return s.b.done }
 
@@ -190,7 +220,8 @@ func (s *Session) Info() SessionInfo {
 	b.mu.Lock()
 	execs := b.execs
 	b.mu.Unlock()
-	info := SessionInfo{ID: s.id, Created: s.created, Deadline: b.meter.Deadline(), Execs: execs}
+	_, maxLifetime := b.cfg.sessionLifetimes()
+	info := SessionInfo{ID: s.id, Created: s.created, Deadline: b.meter.Deadline(), MaxDeadline: s.created.Add(maxLifetime), ExecWall: b.pl.Limits.Wall.String(), Execs: execs}
 	if w := b.cfg.Policy.FSWrite(); len(w) > 0 {
 		info.Workspace = w[0]
 	}

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -47,3 +48,6 @@ func (s *Session) Writes() *Writes { return nil }
 
 // Close returns ErrUnsupported.
 func (s *Session) Close() error { return ErrUnsupported }
+
+// Extend returns ErrUnsupported.
+func (s *Session) Extend(d time.Duration) (time.Time, error) { return time.Time{}, ErrUnsupported }

@@ -58,8 +58,8 @@ func methodNotAllowed(w http.ResponseWriter, allow, msg string) {
 // policy change that would allow it) may go to the client.
 func guardError(err error, op, clientPath string, p *policy.Policy, advice bool) *api.Error {
 	var ee *budget.ExhaustedError
-	if errors.As(err, &ee) && ee.Limit == budget.MaxWall {
-		return errorf(http.StatusGone, "session_ended", "the session's max_wall deadline has passed: create a new session")
+	if errors.As(err, &ee) && (ee.Limit == budget.MaxWall || ee.Limit == budget.SessionLifetime) {
+		return errorf(http.StatusGone, "session_ended", "the session's lifetime has ended: create a new session (extend one before its deadline with POST /v1/sessions/{id}/extend)")
 	}
 	if r, ok := denial.Of(err, op, clientPath, p); ok {
 		e := &api.Error{Status: http.StatusForbidden, Code: "denied", Message: op + " " + strconv.Quote(clientPath) + " denied: " + r.Denial.Message, Denial: &r.Denial}

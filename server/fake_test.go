@@ -42,6 +42,31 @@ type fakeSession struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+
+	mu       sync.Mutex
+	deadline time.Time // guarded by mu; zero: created + 1h
+}
+
+// Extend moves the fake's deadline later, as sandbox.Session does.
+func (f *fakeSession) Extend(d time.Duration) (time.Time, error) {
+	select {
+	case <-f.done:
+		return time.Time{}, api.ErrSessionClosed
+	default:
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if to := time.Now().Add(d); to.After(f.deadlineLocked()) {
+		f.deadline = to
+	}
+	return f.deadline, nil
+}
+
+func (f *fakeSession) deadlineLocked() time.Time {
+	if f.deadline.IsZero() {
+		return f.created.Add(time.Hour)
+	}
+	return f.deadline
 }
 
 func (f *fakeSession) ID() string          { return f.id }
@@ -51,7 +76,9 @@ func (f *fakeSession) Done() <-chan struct{} {
 }
 
 func (f *fakeSession) Info() api.SessionInfo {
-	return api.SessionInfo{ID: f.id, Created: f.created, Deadline: f.created.Add(time.Hour), Workspace: f.workspace}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return api.SessionInfo{ID: f.id, Created: f.created, Deadline: f.deadlineLocked(), Workspace: f.workspace}
 }
 
 func (f *fakeSession) Exec(ctx context.Context, req api.ExecRequest) (*api.Report, error) {

@@ -197,6 +197,7 @@ func (s *Server) routes() {
 		{"/v1/sessions", []route{{"POST", s.authed(s.createSession)}, {"GET", s.authed(s.listSessions)}}},
 		{"/v1/sessions/{id}", []route{{"GET", s.authed(s.sessionInfo)}, {"DELETE", s.authed(s.destroySession)}}},
 		{"/v1/sessions/{id}/exec", []route{{"POST", s.authed(s.exec)}}},
+		{"/v1/sessions/{id}/extend", []route{{"POST", s.authed(s.extendSession)}}},
 		{"/v1/sessions/{id}/files", []route{{"GET", s.authed(s.listFiles)}}},
 		{"/v1/sessions/{id}/files/{path...}", []route{{"PUT", s.authed(s.uploadFile)}, {"GET", s.authed(s.downloadFile)}, {"DELETE", s.authed(s.deleteFile)}}},
 	}

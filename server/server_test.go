@@ -453,3 +453,37 @@ func TestServeNoAuthNeedsLoopback(t *testing.T) {
 		t.Errorf("Serve(%s) without a token = %v, want a refusal", l.Addr(), err)
 	}
 }
+
+// TestExtendSession: POST /v1/sessions/{id}/extend moves the session's end
+// and answers with the session; a bad duration is a 400 that changes
+// nothing; an unknown session a 404; an extension counts as a use for the
+// idle timeout.
+func TestExtendSession(t *testing.T) {
+	const idle = 10 * time.Minute
+	e := newEnv(t, server.Config{Idle: idle})
+	id := e.create(tokA, wsPolicy(t.TempDir()))
+	var before, after api.SessionInfo
+	_, body := e.do("GET", "/v1/sessions/"+id, tokA, nil)
+	if err := json.Unmarshal(body, &before); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(idle - time.Second)
+	resp, body := e.do("POST", "/v1/sessions/"+id+"/extend", tokA, []byte(`{"by":"3h"}`))
+	if resp.StatusCode != 200 {
+		t.Fatalf("extend = %d %s", resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, &after); err != nil || !after.Deadline.After(before.Deadline) {
+		t.Fatalf("deadline %v -> %v (%v), want later", before.Deadline, after.Deadline, err)
+	}
+	e.clock.Advance(2 * time.Second)
+	e.srv.ExpireIdle()
+	if e.fake(id).closed() {
+		t.Fatal("an extension did not count as a use of the session")
+	}
+	for bad, code := range map[string]string{`{"by":"soon"}`: "bad_request", `{"by":"-1m"}`: "bad_request", `{}`: "bad_request", `{"by":"1h","x":1}`: "bad_json"} {
+		resp, body := e.do("POST", "/v1/sessions/"+id+"/extend", tokA, []byte(bad))
+		e.wantError(resp, body, 400, code)
+	}
+	resp, body = e.do("POST", "/v1/sessions/nope/extend", tokA, []byte(`{"by":"1h"}`))
+	e.wantError(resp, body, 404, "unknown_session")
+}

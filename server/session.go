@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/guard"
@@ -28,6 +29,11 @@ type Session interface {
 	// Info describes the session; the server fills in IdleDeadline.
 	Info() api.SessionInfo
 
+	// Extend moves the session's end to d from now, never closer and
+	// never beyond its maximum lifetime, and returns the end in force; it
+	// fails with an error matching api.ErrSessionClosed once it ended.
+	Extend(d time.Duration) (time.Time, error)
+
 	// Done is closed when the session has ended, by Close, its deadline or
 	// its context.
 	Done() <-chan struct{}
@@ -38,5 +44,5 @@ type Session interface {
 }
 
 // NewSessionFunc starts a session under p that lives until it is closed,
-// its max_wall deadline passes, or ctx ends.
+// its lifetime ends, or ctx ends.
 type NewSessionFunc func(ctx context.Context, p *policy.Policy) (Session, error)

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -313,6 +314,39 @@ func (s *Server) sessionInfo(w http.ResponseWriter, r *http.Request, owner int) 
 		return
 	}
 	defer s.release(e)
+	writeJSON(w, http.StatusOK, s.describe(e, e.sess.Info()))
+}
+
+// extendRequest is the body of POST /v1/sessions/{id}/extend.
+type extendRequest struct {
+	By string `json:"by"` // a Go duration such as "30m": the session's new end, from now
+}
+
+// extendSession moves a session's end (its lifetime; each exec keeps
+// max_wall), up to the most the server allows from its start, and answers
+// with the session as GET does.
+func (s *Server) extendSession(w http.ResponseWriter, r *http.Request, owner int) {
+	setDeadlines(w, jsonTimeout, jsonTimeout)
+	var req extendRequest
+	if ae := decodeJSON(w, r, s.cfg.MaxJSON, &req); ae != nil {
+		writeError(w, ae)
+		return
+	}
+	d, err := policy.ParseDuration(req.By)
+	if err != nil || d <= 0 {
+		writeError(w, errorf(http.StatusBadRequest, "bad_request", fmt.Sprintf("by %q: give how long from now the session should live, a duration such as \"30m\"", req.By)))
+		return
+	}
+	e, ae := s.acquire(owner, r.PathValue("id"))
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	defer s.release(e)
+	if _, err := e.sess.Extend(d); err != nil {
+		writeError(w, errorf(http.StatusGone, "session_ended", "the session has ended: create a new session"))
+		return
+	}
 	writeJSON(w, http.StatusOK, s.describe(e, e.sess.Info()))
 }
 

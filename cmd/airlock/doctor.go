@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -25,6 +27,9 @@ func doctorWith(probes doctor.Probes, args []string, stdout, stderr io.Writer) i
 	fs := newFlagSet("doctor", doctorSynopsis, stderr)
 	asJSON := fs.Bool("json", false, "print the findings as JSON")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h and --help print the usage and succeed
+		}
 		return exitUsage
 	}
 	if fs.NArg() > 0 {

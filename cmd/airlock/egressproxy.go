@@ -36,6 +36,9 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	httpAddr := fs.String("http-listen", ":3128", "`ADDR` for the HTTP forward proxy and CONNECT")
 	socksAddr := fs.String("socks-listen", ":1080", "`ADDR` for SOCKS5 (empty disables it)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h and --help print the usage and succeed
+		}
 		return exitUsage
 	}
 	if *config == "" || fs.NArg() != 0 {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -30,6 +32,9 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	pf.register(fs)
 	isolation := fs.String("isolation", "namespaces", "the backend whose plan to print: namespaces, or landlock (no namespaces)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h and --help print the usage and succeed
+		}
 		return exitUsage
 	}
 	if *isolation != sandbox.IsolationNamespaces && *isolation != sandbox.IsolationLandlock {

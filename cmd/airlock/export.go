@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -42,6 +44,10 @@ example:
 
 func cmdExport(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "oci" && args[0] != "k8s") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprintf(stdout, "usage: %s\n", exportSynopsis)
+			return 0
+		}
 		fmt.Fprintf(stderr, "usage: %s\n", exportSynopsis)
 		return exitUsage
 	}
@@ -74,6 +80,9 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `k8s: runtimeClassName, a RuntimeClass the cluster defines; "" leaves it out (the cluster default, usually runc)`)
 	noInit := fs.Bool("no-init", false, "oci: leave COMMAND as the bundle's pid 1 (no signal forwarding, no reaping, no max_wall): for a caller that does all three itself")
 	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h and --help print the usage and succeed
+		}
 		return exitUsage
 	}
 	fail := func(err error) int {

@@ -347,6 +347,7 @@ func TestRunJSON(t *testing.T) {
 	}{
 		{"echo", "echo hi", 0, "hi\n"},
 		{"exit-3", "exit 3", 3, ""},
+		{"html", "echo 'a -> <b> & c'", 0, "a -> <b> & c\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -354,6 +355,9 @@ func TestRunJSON(t *testing.T) {
 			r := airlock(t, t.TempDir(), args...)
 			if r.code != tt.code {
 				t.Errorf("airlock %q: exit %d, want %d\nstderr:\n%s", args, r.code, tt.code, r.stderr)
+			}
+			if strings.Contains(r.stdout, `\u003e`) || strings.Contains(r.stdout, `\u0026`) {
+				t.Errorf("the JSON for people escapes HTML characters:\n%s", r.stdout)
 			}
 			var rep map[string]any
 			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
@@ -448,5 +452,20 @@ func TestExportOCIInit(t *testing.T) {
 	r = airlock(t, "", "export", "oci", "--no-init", "--out", filepath.Join(t.TempDir(), "b2"), "--", "/bin/true")
 	if r.code != 0 || !strings.Contains(r.stdout, "the caller must enforce the deadline") {
 		t.Errorf("--no-init: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// TestHelpExitsZero: -h and --help print the usage and succeed, for every
+// command (before: run exited 125, the others 2); a bad flag still fails.
+func TestHelpExitsZero(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"run", "-h"}, {"explain", "--help"}, {"serve", "--help"}, {"mcp", "--help"},
+		{"doctor", "--help"}, {"export", "--help"}, {"export", "oci", "--help"}, {"policy", "--help"}} {
+		if r := airlock(t, dir, args...); r.code != 0 || !strings.Contains(r.stdout+r.stderr, "usage") {
+			t.Errorf("airlock %v: exit %d, output %q; want 0 and the usage", args, r.code, r.stdout+r.stderr)
+		}
+	}
+	if r := airlock(t, dir, "run", "--no-such-flag"); r.code == 0 {
+		t.Error("a bad flag exited 0")
 	}
 }

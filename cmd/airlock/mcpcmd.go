@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -53,11 +54,18 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "serve streamable HTTP on `ADDR` (host:port) instead of stdio")
 	tokenFile := fs.String("token-file", "", "read the HTTP bearer tokens from `FILE`, one per line (default: $AIRLOCK_TOKEN)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve HTTP without a token; only on a loopback ADDR")
-	maxSessions := fs.Int("max-sessions", 0, "sandboxes alive at once across HTTP clients (default 8)")
+	maxSessions := fs.Int("max-sessions", 0, "sandboxes alive at once across HTTP clients (default 8); a client beyond it is refused until one ends")
+	idle := fs.Duration("idle", 10*time.Minute, "HTTP: end a client's session, and its sandbox, after this long without a request (a client that crashed holds its slot until then)")
+	lifetime := fs.Duration("session-lifetime", sandbox.DefaultSessionLifetime, "end a sandbox this long after its start unless the agent extends it (extend_session); max_wall bounds each run")
+	maxLifetime := fs.Duration("session-max-lifetime", sandbox.DefaultSessionMaxLifetime, "the latest end extend_session can give a sandbox, from its start")
+	progress := fs.Duration("progress-interval", mcp.DefaultProgressInterval, "how often run reports progress to a client that asked for it")
 	auditFile := fs.String("audit", "", "append every audit event as JSON lines to `FILE` (mode 0600)")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in results from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give the agent the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h and --help print the usage and succeed
+		}
 		return exitUsage
 	}
 	fail := func(format string, a ...any) int {
@@ -81,9 +89,14 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
+	if *idle <= 0 || *lifetime <= 0 || *maxLifetime < *lifetime || *progress <= 0 {
+		return fail("--idle, --session-lifetime and --progress-interval must be positive, and --session-lifetime at most --session-max-lifetime")
+	}
 	cfg := mcp.Config{Policy: p, Dir: pf.cwd, MaxSessions: *maxSessions, Version: version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
+		IdleTimeout: *idle, ProgressInterval: *progress,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
-			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, FSAudit: *fsAudit, AgentAdvice: *agentAdvice})
+			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, FSAudit: *fsAudit, AgentAdvice: *agentAdvice,
+				SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime})
 			if err != nil {
 				return nil, err // not a nil *sandbox.Session in a non-nil interface
 			}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +35,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials from Landlock audit records (root, Linux 6.15+); turns the host's kernel audit on while the run lasts and adds ~40 ms")
 	auditFile := fs.String("audit", "", "write every audit event (allow, deny, halt, exit) as JSON lines to `FILE` (created or truncated, mode 0600)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h and --help print the usage and succeed
+		}
 		return exitRunFailed
 	}
 	argv := fs.Args()

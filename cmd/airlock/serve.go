@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -88,11 +89,16 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	workspaceDir := fs.String("workspace-dir", "", "`DIR` for the sessions' private workspaces, created 0700 if missing (default: $TMPDIR)")
 	maxSessions := fs.Int("max-sessions", server.DefaultMaxSessions, "live sessions per token")
 	idle := fs.Duration("idle", server.DefaultIdle, "end a session after this long without a request")
+	lifetime := fs.Duration("session-lifetime", sandbox.DefaultSessionLifetime, "end a session this long after its start unless a client extends it (POST /v1/sessions/{id}/extend); the policy's max_wall bounds each exec")
+	maxLifetime := fs.Duration("session-max-lifetime", sandbox.DefaultSessionMaxLifetime, "the latest end an extension can give a session, counted from its start")
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
 	auditFile := fs.String("audit", "", "append audit events (JSON lines) to `FILE`")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h and --help print the usage and succeed
+		}
 		return exitUsage
 	}
 	fail := func(format string, a ...any) int {
@@ -108,6 +114,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxSessions <= 0 || *idle <= 0 {
 		return fail("--max-sessions and --idle must be positive")
+	}
+	if *lifetime <= 0 || *maxLifetime < *lifetime {
+		return fail("--session-lifetime must be positive and at most --session-max-lifetime (%v)", *maxLifetime)
 	}
 	entries, err := serveTokens(*tokenFile, os.Getenv("AIRLOCK_TOKEN"))
 	tokens := make([]string, len(entries))
@@ -179,7 +188,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
 	srv, err := server.New(server.Config{
-		NewSession:     serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns, AgentAdvice: *agentAdvice}),
+		NewSession: serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns, AgentAdvice: *agentAdvice,
+			SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime}),
 		Tokens:         tokens,
 		InsecureNoAuth: *noAuth,
 		PolicyDir:      dir,

@@ -50,12 +50,13 @@ func escapeArgs(a []any) []any {
 }
 
 // writeJSON writes v as indented JSON followed by a newline, as
-// json.Encoder does, with the C1 controls, DEL, bidi and other invisible
+// json.Encoder does (without its HTML escapes: this is for people), with the C1 controls, DEL, bidi and other invisible
 // characters that encoding/json leaves raw written as \u escapes: still
 // valid JSON with the same value, but inert on a terminal.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(termtext.NewJSONWriter(w))
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // for people: "->" stays "->", not "-\u003e"
 	return enc.Encode(v)
 }
 

@@ -30,6 +30,10 @@ const (
 	// cancelled context, SIGINT or SIGTERM to airlock run), so that the
 	// run ends the way a blown budget ends it, and the report says so.
 	Interrupted Limit = "interrupted"
+	// SessionLifetime is not a policy budget either: it ends a session at
+	// the lifetime its operator gave it (sandbox.Config.SessionLifetime),
+	// which Extend can move. max_wall then bounds each exec.
+	SessionLifetime Limit = "session_lifetime"
 )
 
 // Defaults applied when a policy leaves a budget out.
@@ -125,15 +129,18 @@ func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
 // or session. It is safe for concurrent use. Once halted it stays halted,
 // and Done is closed so that the supervisor can stop the run.
 type Meter struct {
-	limits   Limits
-	clock    Clock
-	deadline time.Time
-	done     chan struct{} // closed by the first halt
+	limits Limits
+	clock  Clock
+	done   chan struct{} // closed by the first halt
+	// wallLimit is what a passed deadline halts with: MaxWall, or
+	// SessionLifetime for a session's meter (NewSessionMeter).
+	wallLimit Limit
 
-	mu     sync.Mutex
-	ops    int64 // guarded by mu
-	output int64 // guarded by mu
-	halted Limit // guarded by mu; "" while running
+	mu       sync.Mutex
+	deadline time.Time // guarded by mu
+	ops      int64     // guarded by mu
+	output   int64     // guarded by mu
+	halted   Limit     // guarded by mu; "" while running
 }
 
 // NewMeter starts a meter whose deadline is clock.Now()+limits.Wall. Zero
@@ -143,14 +150,43 @@ func NewMeter(limits Limits, clock Clock) *Meter {
 		clock = SystemClock{}
 	}
 	limits = limits.WithDefaults()
-	return &Meter{limits: limits, clock: clock, deadline: clock.Now().Add(limits.Wall), done: make(chan struct{})}
+	return &Meter{limits: limits, clock: clock, deadline: clock.Now().Add(limits.Wall), done: make(chan struct{}), wallLimit: MaxWall}
+}
+
+// NewSessionMeter is NewMeter for a session: its deadline is
+// clock.Now()+lifetime rather than max_wall (which bounds each exec), and
+// passing it halts with SessionLifetime. Extend moves it.
+func NewSessionMeter(limits Limits, lifetime time.Duration, clock Clock) *Meter {
+	m := NewMeter(limits, clock)
+	m.deadline = m.clock.Now().Add(lifetime)
+	m.wallLimit = SessionLifetime
+	return m
+}
+
+// Extend moves the deadline to to, when that is later; it never brings
+// it closer. It returns the deadline in force, or an *ExhaustedError when
+// the meter has already halted (a passed deadline included).
+func (m *Meter) Extend(to time.Time) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(); err != nil {
+		return m.deadline, err
+	}
+	if to.After(m.deadline) {
+		m.deadline = to
+	}
+	return m.deadline, nil
 }
 
 // Limits returns the meter's limits.
 func (m *Meter) Limits() Limits { return m.limits }
 
-// Deadline returns when max_wall runs out.
-func (m *Meter) Deadline() time.Time { return m.deadline }
+// Deadline returns when max_wall (a session's lifetime) runs out.
+func (m *Meter) Deadline() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.deadline
+}
 
 func (m *Meter) haltLocked(l Limit) error {
 	if m.halted == "" {
@@ -175,7 +211,7 @@ func (m *Meter) checkLocked() error {
 		return &ExhaustedError{Limit: m.halted}
 	}
 	if !m.clock.Now().Before(m.deadline) {
-		return m.haltLocked(MaxWall)
+		return m.haltLocked(m.wallLimit)
 	}
 	return nil
 }
