@@ -7,6 +7,9 @@ import "encoding/json"
 // result and the MCP run tool's structured result; schema/report.schema.json
 // describes it, and a test in this package keeps the two equal.
 type Report struct {
+	// RunID is the run's or session's id, the run field of its audit
+	// events; empty when nothing was started.
+	RunID           string  `json:"run_id,omitempty"`
 	ExitCode        int     `json:"exit_code"`
 	Signal          *int    `json:"signal" jsonschema:"the signal that killed the program, or null"`
 	HaltedBy        *string `json:"halted_by" jsonschema:"the budget that halted the run (max_wall, max_output_bytes, max_cpu, max_memory, max_pids, max_ops), or null"`

@@ -55,6 +55,12 @@ type Event struct {
 	// Hint says what the program can do instead within its grants; it
 	// never widens the policy and may be shown to the agent.
 	Hint string `json:"hint,omitempty"`
+	// Run is the id of the run or session the event belongs to (a
+	// session's is its API and MCP id), so that one audit file can hold
+	// many; empty from code that runs outside a sandbox.
+	Run string `json:"run,omitempty"`
+	// Exec is the id of the exec an exit event ends, within a session.
+	Exec string `json:"exec,omitempty"`
 }
 
 // Sink receives events. Emit must be safe for concurrent use and must not

@@ -62,6 +62,7 @@ type backend interface {
 
 // box is one live sandbox.
 type box struct {
+	id    string // the run's or session's id, on every audit event
 	cfg   Config
 	pl    *plan.Plan
 	meter *budget.Meter // the sandbox's own: max_ops, and max_wall from its start
@@ -116,11 +117,13 @@ type final struct {
 func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box, error) {
 	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), extended: make(chan struct{}, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
 		pending: map[string]chan nsinit.Message{}}
+	b.id = newID()
 	b.log = cfg.Logger
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
 	}
-	b.sink = audit.Tee{&b.rec, cfg.Audit}
+	b.log = b.log.With("run", b.id) // the id of the audit events and the report
+	b.sink = runSink{run: b.id, next: audit.Tee{&b.rec, cfg.Audit}}
 	if pl.Session {
 		// A session lives for its lifetime; max_wall bounds each exec.
 		lifetime, _ := cfg.sessionLifetimes()
@@ -377,4 +380,17 @@ func (b *box) downgraded(d policy.Downgrade) {
 	if w, ok := weaker[d]; ok {
 		b.enf.Weaker = append(b.enf.Weaker, w)
 	}
+}
+
+// runSink stamps each event with the run's id on its way to next.
+type runSink struct {
+	run  string
+	next audit.Sink
+}
+
+func (s runSink) Emit(e audit.Event) {
+	if e.Run == "" {
+		e.Run = s.run
+	}
+	s.next.Emit(e)
 }

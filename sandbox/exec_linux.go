@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -60,7 +61,24 @@ func (b *box) exec(ctx context.Context, x execSpec) *Report {
 	exit := e.wait(ctx, x, msgs, sio)
 	sio.drain()
 	e.finish(exit, sio, x.argv[0])
+	e.emitExit(id, x.argv[0])
 	return e.report
+}
+
+// emitExit writes the exec's end to the audit: its exit status or signal,
+// or the budget that halted it, and how long it ran.
+func (e *execRun) emitExit(id, argv0 string) {
+	r := e.report
+	msg := fmt.Sprintf("exit %d after %v", r.ExitCode, time.Since(e.start).Round(time.Millisecond))
+	rule := ""
+	switch {
+	case r.HaltedBy != nil:
+		rule = *r.HaltedBy
+		msg = fmt.Sprintf("halted by %s (exit %d) after %v", rule, r.ExitCode, time.Since(e.start).Round(time.Millisecond))
+	case r.Signal != nil:
+		msg = fmt.Sprintf("killed by signal %d after %v", *r.Signal, time.Since(e.start).Round(time.Millisecond))
+	}
+	e.b.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Exit, Layer: audit.LayerExec, Op: "exit", Target: argv0, Rule: rule, Message: msg, Exec: id})
 }
 
 // wait supervises the exec until it exits, or until the sandbox ended

@@ -54,7 +54,7 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: session: %w", err)
 	}
-	s := &Session{id: newID(), b: b, created: created}
+	s := &Session{id: b.id, b: b, created: created}
 	// The file API resolves beneath the grant roots as the sandbox sees
 	// them (opened by the init before it ran anything): what the sandbox
 	// does to the paths above a grant cannot change what the grant means.

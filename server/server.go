@@ -32,6 +32,11 @@ type Config struct {
 	// cmd/airlock passes a closure around sandbox.NewSession.
 	NewSession NewSessionFunc
 
+	// Metrics, when set, counts the server's sessions and API requests
+	// (its Sink, given to the sessions' audit, counts what they do). Nil
+	// counts nothing.
+	Metrics *Metrics
+
 	// Tokens are the bearer tokens accepted, at least
 	// httpauth.MinTokenLen (16) characters each, without white space.
 	// Each token owns the sessions it creates. Empty is allowed only with
@@ -176,6 +181,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.ws = ws
 	s.baseCtx, s.cancel = context.WithCancel(context.Background())
+	if cfg.Metrics != nil {
+		cfg.Metrics.registerSessions(func() float64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return float64(len(s.sessions))
+		})
+	}
 	s.routes()
 	return s, nil
 }
@@ -204,7 +216,7 @@ func (s *Server) routes() {
 	for _, p := range table {
 		var allow []string
 		for _, r := range p.routes {
-			s.mux.HandleFunc(r.method+" "+p.path, r.h)
+			s.mux.HandleFunc(r.method+" "+p.path, s.cfg.Metrics.instrument(r.method+" "+p.path, r.h))
 			allow = append(allow, r.method)
 			if r.method == "GET" {
 				allow = append(allow, "HEAD")

@@ -170,6 +170,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int
 		return
 	}
 	s.sessions[e.id] = e
+	s.cfg.Metrics.sessionStarted()
 	s.sessionWG.Add(1)
 	s.mu.Unlock()
 	go s.watch(e)

@@ -12,7 +12,7 @@ import (
 const (
 	endDestroyed = "destroyed"
 	endIdle      = "idle timeout"
-	endDeadline  = "max_wall or max_ops ran out, or the sandbox ended"
+	endDeadline  = "its lifetime or max_ops ran out, or the sandbox ended"
 	endShutdown  = "server shutdown"
 )
 
@@ -97,6 +97,7 @@ func (s *Server) endIf(e *entry, reason string, cond func() bool) {
 	s.owned[e.owner]--
 	s.ended.add(e.id, tombstone{owner: e.owner, reason: reason})
 	s.mu.Unlock()
+	s.cfg.Metrics.sessionEnded(reason)
 	if err := e.sess.Close(); err != nil {
 		s.log.Warn("session close", "session", e.id, "err", err)
 	}

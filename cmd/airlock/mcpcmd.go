@@ -59,6 +59,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	lifetime := fs.Duration("session-lifetime", sandbox.DefaultSessionLifetime, "end a sandbox this long after its start unless the agent extends it (extend_session); max_wall bounds each run")
 	maxLifetime := fs.Duration("session-max-lifetime", sandbox.DefaultSessionMaxLifetime, "the latest end extend_session can give a sandbox, from its start")
 	progress := fs.Duration("progress-interval", mcp.DefaultProgressInterval, "how often run reports progress to a client that asked for it")
+	logFormat := fs.String("log-format", "text", "`FORMAT` of the log on stderr: text, or json (one object a line, with the run id of each sandbox's records)")
 	auditFile := fs.String("audit", "", "append every audit event as JSON lines to `FILE` (mode 0600)")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in results from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give the agent the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
@@ -79,7 +80,10 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	logger := newLogger(stderr)
+	logger, err := newLoggerFormat(stderr, *logFormat)
+	if err != nil {
+		return fail("%v", err)
+	}
 	var sink audit.Sink = audit.Discard
 	if *auditFile != "" {
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)

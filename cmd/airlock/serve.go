@@ -92,6 +92,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	lifetime := fs.Duration("session-lifetime", sandbox.DefaultSessionLifetime, "end a session this long after its start unless a client extends it (POST /v1/sessions/{id}/extend); the policy's max_wall bounds each exec")
 	maxLifetime := fs.Duration("session-max-lifetime", sandbox.DefaultSessionMaxLifetime, "the latest end an extension can give a session, counted from its start")
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, without a token (bind it where only your Prometheus reaches: it counts every tenant's sessions); default: no metrics")
+	logFormat := fs.String("log-format", "text", "`FORMAT` of the log on stderr: text, or json (one object a line, with the run id of each sandbox's records)")
 	auditFile := fs.String("audit", "", "append audit events (JSON lines) to `FILE`")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
@@ -176,7 +178,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 
-	log := newLogger(stderr)
+	log, err := newLoggerFormat(stderr, *logFormat)
+	if err != nil {
+		return fail("%v", err)
+	}
 	log.Info("file descriptors", "nofile", quota.nofile, "api_reserve", quota.reserve, "sessions", quota.sessions, "proxy_conns_per_session", quota.conns)
 	var sink audit.Sink
 	if *auditFile != "" {
@@ -187,7 +192,17 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		defer f.Close()
 		sink = audit.NewJSONL(termtext.NewJSONWriter(f))
 	}
+	var metrics *server.Metrics
+	if *metricsListen != "" {
+		metrics = server.NewMetrics()
+		if sink == nil {
+			sink = metrics.Sink()
+		} else {
+			sink = audit.Tee{sink, metrics.Sink()}
+		}
+	}
 	srv, err := server.New(server.Config{
+		Metrics: metrics,
 		NewSession: serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns, AgentAdvice: *agentAdvice,
 			SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime}),
 		Tokens:         tokens,
@@ -216,6 +231,20 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return fail("listen: %v", err)
 	}
 	fmt.Fprintf(stderr, "airlock serve: listening on http://%s\n", ln.Addr())
+	if metrics != nil {
+		mln, err := net.Listen("tcp", *metricsListen)
+		if err != nil {
+			ln.Close()
+			_ = srv.Shutdown(context.Background())
+			return fail("--metrics-listen: %v", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler())
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+		go func() { _ = ms.Serve(mln) }()
+		defer ms.Close()
+		fmt.Fprintf(stderr, "airlock serve: metrics on http://%s/metrics\n", mln.Addr())
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -68,7 +68,24 @@ func writeJSON(w io.Writer, v any) error {
 // the sandbox chooses many of the strings logged (a request path, a file
 // name, a target).
 func newLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: boundAttr}))
+	l, _ := newLoggerFormat(w, "text")
+	return l
+}
+
+// newLoggerFormat is newLogger in format "text" or "json" (--log-format):
+// one JSON object per line from slog's JSONHandler, which escapes every
+// control below U+0020, written through termtext's JSON writer, which
+// escapes the C1 controls, DEL and the invisible and bidi characters it
+// leaves raw; strings are bounded the same way.
+func newLoggerFormat(w io.Writer, format string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: boundAttr}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(termtext.NewJSONWriter(w), opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: give text or json", format)
 }
 
 // boundAttr cuts a string value, the message included, to

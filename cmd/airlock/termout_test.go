@@ -33,6 +33,7 @@ func TestLoggerEscapes(t *testing.T) {
 	}{
 		{"TextHandler", func(b *bytes.Buffer) *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }},
 		{"newLogger", func(b *bytes.Buffer) *slog.Logger { return newLogger(b) }},
+		{"newLoggerJSON", func(b *bytes.Buffer) *slog.Logger { l, _ := newLoggerFormat(b, "json"); return l }},
 	}
 	records := []struct {
 		name string
