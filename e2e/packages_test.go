@@ -233,25 +233,7 @@ func TestToolTableNpmInstall(t *testing.T) {
 func TestToolTableGitCloneHTTPS(t *testing.T) {
 	airtest.RequireBinary(t, "/usr/bin/git")
 	airtest.RequireUserNS(t)
-	srv, src := t.TempDir(), t.TempDir()
-	gitCmd := func(dir string, args ...string) {
-		t.Helper()
-		c := exec.Command("git", args...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@b", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@b")
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("git %q: %v\n%s", args, err, out)
-		}
-	}
-	gitCmd(srv, "init", "-q", "--bare", "repo.git")
-	gitCmd(src, "init", "-q")
-	if err := os.WriteFile(filepath.Join(src, "a.txt"), []byte("cloned over https\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitCmd(src, "add", "a.txt")
-	gitCmd(src, "commit", "-qm", "init")
-	gitCmd(src, "push", "-q", filepath.Join(srv, "repo.git"), "HEAD:master")
-	gitCmd(filepath.Join(srv, "repo.git"), "update-server-info")
+	srv := gitRepo(t, "cloned over https\n")
 
 	cert, caPEM := hostCert(t, "host.airlock.internal")
 	ln, err := tls.Listen("tcp4", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})

@@ -25,26 +25,7 @@ func TestToolTableGitClone(t *testing.T) {
 	airtest.RequireBinary(t, "/usr/bin/git")
 	airtest.RequireUserNS(t)
 	bin := mcpBinary(t)
-	srv := t.TempDir()
-	src := t.TempDir()
-	gitCmd := func(dir string, args ...string) {
-		t.Helper()
-		c := exec.Command("git", args...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@b", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@b")
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("git %q: %v\n%s", args, err, out)
-		}
-	}
-	gitCmd(srv, "init", "-q", "--bare", "repo.git")
-	gitCmd(src, "init", "-q")
-	if err := os.WriteFile(filepath.Join(src, "a.txt"), []byte("cloned through airlock\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitCmd(src, "add", "a.txt")
-	gitCmd(src, "commit", "-qm", "init")
-	gitCmd(src, "push", "-q", filepath.Join(srv, "repo.git"), "HEAD:master")
-	gitCmd(filepath.Join(srv, "repo.git"), "update-server-info")
+	srv := gitRepo(t, "cloned through airlock\n")
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -73,4 +54,30 @@ func TestToolTableGitClone(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "r", ".git", "config")); err == nil || !strings.Contains(string(b), ".git/config") {
 		t.Fatalf("the clone's .git/config reached the host, or the run did not say it was kept off:\n%s", b)
 	}
+}
+
+// gitRepo makes a bare repository repo.git, served as dumb HTTP from the
+// returned folder, whose one commit holds a.txt with content.
+func gitRepo(t *testing.T, content string) string {
+	t.Helper()
+	srv, src := t.TempDir(), t.TempDir()
+	gitCmd := func(dir string, args ...string) {
+		t.Helper()
+		c := exec.Command("git", args...)
+		c.Dir = dir
+		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@b", "GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@b")
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("git %q: %v\n%s", args, err, out)
+		}
+	}
+	gitCmd(srv, "init", "-q", "--bare", "repo.git")
+	gitCmd(src, "init", "-q")
+	if err := os.WriteFile(filepath.Join(src, "a.txt"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitCmd(src, "add", "a.txt")
+	gitCmd(src, "commit", "-qm", "init")
+	gitCmd(src, "push", "-q", filepath.Join(srv, "repo.git"), "HEAD:master")
+	gitCmd(filepath.Join(srv, "repo.git"), "update-server-info")
+	return srv
 }

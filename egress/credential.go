@@ -15,12 +15,15 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/hostspec"
 )
 
 // Credential is a header the proxy sets on every HTTP request to Host,
@@ -172,9 +175,21 @@ func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 // proxy the one that negotiates the response's encoding (the transport
 // asks for gzip and decodes it), so the response can be searched for the
 // values. It audits each one added, never its value.
-func (p *Proxy) addCredentials(h http.Header, d *decision) []Credential {
+//
+// Over plain HTTP (secure false) it adds them only when every address of
+// the host is on this machine or a private network (listed exactly in
+// net_hosts, as the decision checked): to a public address the secret
+// would cross the network in the clear for anyone on the path to read,
+// and the sandbox chose the scheme.
+func (p *Proxy) addCredentials(h http.Header, d *decision, secure bool) []Credential {
 	cs := p.credentialsFor(d.host)
 	if len(cs) == 0 {
+		return nil
+	}
+	public := slices.ContainsFunc(d.addrs, func(ap netip.AddrPort) bool { return !hostspec.IsSpecial(ap.Addr()) })
+	if !secure && public {
+		p.emit(audit.Event{Kind: audit.Info, Op: opHTTP, Target: d.target, Rule: "credentials",
+			Message: "the credential for " + d.host + " was not added: the request is plain HTTP to a public address, where it would cross the network in the clear; use https://"})
 		return nil
 	}
 	h.Del("Accept-Encoding")

@@ -209,3 +209,34 @@ func TestCredentialHTTPS(t *testing.T) {
 		_ = body
 	})
 }
+
+// TestCredentialNotInCleartext: over plain HTTP the proxy adds a
+// credential only when every address of the host is on this machine or a
+// private network (a listed address); to a public address it would cross
+// the network in the clear, where anyone on the path reads it, so it is
+// not added, and the audit says why. Over TLS it is added wherever.
+func TestCredentialNotInCleartext(t *testing.T) {
+	api := newEchoServer(t, nil)
+	h := startProxy(t, harnessConfig{
+		hosts:   []string{fmt.Sprintf("api.test:%d", api.port())},
+		resolve: map[string]string{"api.test": "1.1.1.1"}, // public; the test dialer never dials it (fail below)
+		creds:   []egress.Credential{{Host: "api.test", Header: "Authorization", Value: "Bearer " + secret}},
+	})
+	// The "public" address is served by the local echo server.
+	h.dialer.fail = func(addr string) (net.Conn, error) { return net.Dial("tcp", api.srv.Listener.Addr().String()) }
+	resp, err := h.client(nil).Get(fmt.Sprintf("http://api.test:%d/", api.port()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := api.received(); len(got) != 1 || got[0] != "" {
+		t.Fatalf("a public address received Authorization %q over plain HTTP, want none", got)
+	}
+	found := false
+	for _, e := range h.rec.Events() {
+		found = found || e.Rule == "credentials" && strings.Contains(e.Message, "plain HTTP")
+	}
+	if !found {
+		t.Errorf("no audit event says why the credential was not added: %+v", h.rec.Events())
+	}
+}

@@ -221,7 +221,7 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 	}
 
 	out, bodyDone := outbound(req, d, up.secure)
-	creds := p.addCredentials(out.Header, d)
+	creds := p.addCredentials(out.Header, d, up.secure)
 	if v := req.Header.Get("Expect"); strings.EqualFold(v, "100-continue") {
 		// The client holds its body until told to send it; the upstream
 		// request carries no Expect, so the transport sends it at once.

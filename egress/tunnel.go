@@ -70,6 +70,11 @@ func (t *Tunnel) Close() error {
 // syscall.Errno, such as ECONNREFUSED, where there is one). A denied
 // destination is never touched.
 func (p *Proxy) OpenTunnel(ctx context.Context, host string, port uint16) (*Tunnel, error) {
+	// Close ends a decision or dial in flight, as it ends every tunnel:
+	// the sandbox's teardown must not wait for an upstream.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(p.ctx, cancel)()
 	d, err := p.decide(ctx, opConnect, host, port)
 	if r, ok := err.(*refused); ok {
 		return nil, r.deny

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -82,19 +83,14 @@ func trustBase(env []string) ([]byte, error) {
 			return nil, fmt.Errorf("credentials: read the trusted roots %s: %w", p, err)
 		}
 		defer f.Close()
-		buf := make([]byte, maxBundle+1)
-		n, _ := f.Read(buf)
-		for n < len(buf) {
-			m, err := f.Read(buf[n:])
-			n += m
-			if err != nil || m == 0 {
-				break
-			}
-		}
-		if n > maxBundle {
+		b, err := io.ReadAll(io.LimitReader(f, maxBundle+1))
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("credentials: read the trusted roots %s: %w", p, err)
+		case len(b) > maxBundle:
 			return nil, fmt.Errorf("credentials: the trusted roots %s are larger than %d MiB", p, maxBundle>>20)
 		}
-		return buf[:n], nil
+		return b, nil
 	}
 	return nil, nil
 }

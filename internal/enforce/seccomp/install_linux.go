@@ -34,20 +34,9 @@ func Install(prog []Insn) error {
 	// per-thread flag until TSYNC copies it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-
-	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	filters, err := prepareThread(prog)
 	if err != nil {
-		return fmt.Errorf("seccomp: read no_new_privs: %w: the kernel must be Linux 3.5 or later", err)
-	}
-	if nnp != 1 {
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("seccomp: set no_new_privs: %w", err)
-		}
-	}
-
-	filters := make([]unix.SockFilter, len(prog))
-	for i, in := range prog {
-		filters[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+		return err
 	}
 	tid, err := setFilter(filters, unix.SECCOMP_FILTER_FLAG_TSYNC)
 	if err != nil {

@@ -51,20 +51,9 @@ func InstallListener(prog []Insn) (int, error) {
 	// runtime start its template thread now, from an unfiltered thread,
 	// so threads created later are never cloned from this one.
 	runtime.LockOSThread()
-
-	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	filters, err := prepareThread(prog)
 	if err != nil {
-		return -1, fmt.Errorf("seccomp: read no_new_privs: %w: the kernel must be Linux 3.5 or later", err)
-	}
-	if nnp != 1 {
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return -1, fmt.Errorf("seccomp: set no_new_privs: %w", err)
-		}
-	}
-
-	filters := make([]unix.SockFilter, len(prog))
-	for i, in := range prog {
-		filters[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+		return -1, err
 	}
 	fd, err := setFilter(filters, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
 	switch {
@@ -92,18 +81,9 @@ func InstallListenerAll(prog []Insn) (int, error) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	filters, err := prepareThread(prog)
 	if err != nil {
-		return -1, fmt.Errorf("seccomp: read no_new_privs: %w: the kernel must be Linux 3.5 or later", err)
-	}
-	if nnp != 1 {
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return -1, fmt.Errorf("seccomp: set no_new_privs: %w", err)
-		}
-	}
-	filters := make([]unix.SockFilter, len(prog))
-	for i, in := range prog {
-		filters[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+		return -1, err
 	}
 	fd, err := setFilter(filters, unix.SECCOMP_FILTER_FLAG_TSYNC|unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH|unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
 	switch {
@@ -115,4 +95,24 @@ func InstallListenerAll(prog []Insn) (int, error) {
 		return -1, fmt.Errorf("seccomp: install filter with listener on every thread: %w: the kernel must be Linux 5.7 or later with CONFIG_SECCOMP_FILTER", err)
 	}
 	return int(fd), nil
+}
+
+// prepareThread sets no_new_privs on the calling thread, which the caller
+// has locked, if it is not set yet, and returns prog as the kernel's
+// struct sock_filter array.
+func prepareThread(prog []Insn) ([]unix.SockFilter, error) {
+	nnp, err := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: read no_new_privs: %w: the kernel must be Linux 3.5 or later", err)
+	}
+	if nnp != 1 {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return nil, fmt.Errorf("seccomp: set no_new_privs: %w", err)
+		}
+	}
+	filters := make([]unix.SockFilter, len(prog))
+	for i, in := range prog {
+		filters[i] = unix.SockFilter{Code: in.Code, Jt: in.Jt, Jf: in.Jf, K: in.K}
+	}
+	return filters, nil
 }
