@@ -248,6 +248,11 @@ func TestCeiling(t *testing.T) {
 		return inner(ctx, p)
 	})
 
+	for _, d := range []string{allowed + "/sub", allowed + "/out/x"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	e.create(tokA, "version: 1\nfs_read: ["+allowed+"/sub]\nfs_write: ["+allowed+"/out/x]\nnet_hosts: [\"api.ceiling-only.test:443\"]\nallowed_tools: [cat]\nenv: [LANG, HOME=/tmp]\n")
 	if p := got[0]; p.Budget().Wall != 10*time.Second || !slices.Equal(p.FSWrite(), []string{allowed + "/out/x"}) {
 		t.Errorf("session policy: max_wall %v, fs_write %q; want 10s and the policy's own grant", p.Budget().Wall, p.FSWrite())

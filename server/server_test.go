@@ -487,3 +487,20 @@ func TestExtendSession(t *testing.T) {
 	resp, body = e.do("POST", "/v1/sessions/nope/extend", tokA, []byte(`{"by":"1h"}`))
 	e.wantError(resp, body, 404, "unknown_session")
 }
+
+// TestMissingGrantIs422: a policy whose grant names a path the server does
+// not have is refused with 422 naming it, and nothing starts (before: an
+// opaque 500 sandbox_failed).
+func TestMissingGrantIs422(t *testing.T) {
+	e := newEnv(t, server.Config{})
+	missing := filepath.Join(t.TempDir(), "not-there")
+	b, _ := json.Marshal(map[string]string{"policy": wsPolicy(missing)})
+	resp, body := e.do("POST", "/v1/sessions", tokA, b)
+	ae := e.wantError(resp, body, http.StatusUnprocessableEntity, "grant_not_found")
+	if !strings.Contains(ae.Error.Message, missing) {
+		t.Errorf("message %q does not name %s", ae.Error.Message, missing)
+	}
+	if n := len(e.fakes); n != 0 {
+		t.Errorf("%d sessions started for a refused policy", n)
+	}
+}

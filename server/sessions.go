@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"regexp"
@@ -113,6 +114,9 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int
 		// Before any effect: a refused policy starts nothing.
 		p, ae = s.admit(p, req.PolicyName != "", owner)
 	}
+	if ae == nil {
+		ae = missingGrants(p)
+	}
 	if ae != nil {
 		writeError(w, ae)
 		return
@@ -176,6 +180,24 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int
 	go s.watch(e)
 	s.log.Info("session created", "session", e.id, "owner", owner, "source", p.Source(), "private_workspace", ws != "")
 	writeJSON(w, http.StatusCreated, s.describe(e, info))
+}
+
+// missingGrants refuses, with 422, a policy whose fs_read or fs_write
+// grants name paths the server does not have: the sandbox could not bind
+// them, and the client should hear which, not an opaque 500. It runs after
+// admit, so it only ever says whether a path inside the operator's ceiling
+// (or the operator's own named policy) exists.
+func missingGrants(p *policy.Policy) *api.Error {
+	var missing []string
+	for _, g := range append(p.FSRead(), p.FSWrite()...) {
+		if _, err := os.Lstat(g); errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, g)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return errorf(http.StatusUnprocessableEntity, "grant_not_found", "the policy grants paths this server does not have: "+strings.Join(missing, ", ")+": create them on the server or remove the grants")
 }
 
 // privateWorkspace gives an inline policy without fs_write grants the
