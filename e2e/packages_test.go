@@ -68,6 +68,14 @@ func demoWheel(t *testing.T) []byte {
 	return buf.Bytes()
 }
 
+// egressModes are the two ways a program inside reaches a granted host,
+// by name, with the shell prefix that selects each: through the proxy
+// variables airlock sets, or with them unset (transparent egress).
+var egressModes = map[string]string{
+	"proxy":       "",
+	"transparent": "unset HTTP_PROXY HTTPS_PROXY ALL_PROXY http_proxy https_proxy all_proxy; ",
+}
+
 // countingServer serves h on the host's loopback and counts connections.
 func countingServer(t *testing.T, h http.Handler) (port string, conns *atomic.Int32) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -130,13 +138,9 @@ func TestToolTablePipInstall(t *testing.T) {
 	}))
 	evilPort, evilConns := countingServer(t, http.NotFoundHandler())
 	host := "host.airlock.internal:" + port
-	for _, mode := range []string{"proxy", "transparent"} {
+	for mode, unset := range egressModes {
 		t.Run(mode, func(t *testing.T) {
 			out := writableOut(t)
-			unset := ""
-			if mode == "transparent" {
-				unset = "unset HTTP_PROXY HTTPS_PROXY ALL_PROXY http_proxy https_proxy all_proxy; "
-			}
 			script := unset + "python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --trusted-host host.airlock.internal --index-url http://" + host + "/simple/ --target " + out + "/lib airlockdemo"
 			b, err := runAirlock(t, "run", "--net-host", host, "--tool", "sh", "--tool", "python3", "--fs-write", out, "--max-wall", "60s", "--", "sh", "-c", script)
 			if err != nil {
@@ -203,13 +207,9 @@ func TestToolTableNpmInstall(t *testing.T) {
 		script := unset + "cd " + out + " && node " + npmCLI + " install --no-audit --no-fund --no-update-notifier --fetch-retries=0 --fetch-timeout=10000 --cache /tmp/npm-cache --registry " + registry + " airlockdemo"
 		return runAirlock(t, "run", "--net-host", host, "--tool", "sh", "--tool", "node", "--fs-write", out, "--max-wall", "90s", "--max-ops", "10000", "--", "sh", "-c", script)
 	}
-	for _, mode := range []string{"proxy", "transparent"} {
+	for mode, unset := range egressModes {
 		t.Run(mode, func(t *testing.T) {
 			out := writableOut(t)
-			unset := ""
-			if mode == "transparent" {
-				unset = "unset HTTP_PROXY HTTPS_PROXY ALL_PROXY http_proxy https_proxy all_proxy; "
-			}
 			b, err := npm(out, "http://"+host+"/", unset)
 			if err != nil {
 				t.Fatalf("npm install: %v\n%s", err, b)
@@ -248,13 +248,9 @@ func TestToolTableGitCloneHTTPS(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(caDir, "ca.pem"), caPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{"proxy", "transparent"} {
+	for mode, unset := range egressModes {
 		t.Run(mode, func(t *testing.T) {
 			out := writableOut(t)
-			unset := ""
-			if mode == "transparent" {
-				unset = "unset HTTP_PROXY HTTPS_PROXY ALL_PROXY http_proxy https_proxy all_proxy; "
-			}
 			b, err := runAirlock(t, "run", "--net-host", host, "--tool", "sh", "--tool", "git", "--tool", "/usr/lib/git-core/git", "--tool", "/usr/lib/git-core/git-remote-https",
 				"--fs-read", caDir, "--env", "GIT_SSL_CAINFO="+filepath.Join(caDir, "ca.pem"), "--fs-write", out, "--",
 				"sh", "-c", unset+"git clone -q https://"+host+"/repo.git "+filepath.Join(out, "r"))
