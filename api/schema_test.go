@@ -142,7 +142,7 @@ func TestReportSchemaMatchesType(t *testing.T) {
 	if got := root.Defs["change"].Properties["action"].Enum; !slices.Equal(got, actions) {
 		t.Errorf("change.action enum = %v, want %v", got, actions)
 	}
-	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite), string(budget.Interrupted), string(budget.SessionLifetime)}
+	limits := []any{string(budget.MaxWall), string(budget.MaxOutputBytes), string(budget.MaxOps), string(budget.MaxMemory), string(budget.MaxCPU), string(budget.MaxPids), string(budget.MaxScratch), string(budget.MaxWrite), string(budget.Interrupted), string(budget.SessionLifetime), string(budget.SessionClosed)}
 	if got := root.Defs["limit"].Enum; !slices.Equal(got, limits) {
 		t.Errorf("limit enum = %v, want %v", got, limits)
 	}

@@ -39,6 +39,13 @@ const (
 	LayerTool   = "tool"
 )
 
+// The egress proxy's upstream connections, as Info events on the net
+// layer with DurationMS: the metrics count them by these ops.
+const (
+	OpDial       = "dial"        // an allowed destination's connection opened
+	OpDialFailed = "dial_failed" // every checked address refused or timed out
+)
+
 // Event is one decision. Fields that do not apply are empty.
 type Event struct {
 	Time    time.Time `json:"time"`
@@ -61,6 +68,10 @@ type Event struct {
 	Run string `json:"run,omitempty"`
 	// Exec is the id of the exec an exit event ends, within a session.
 	Exec string `json:"exec,omitempty"`
+	// DurationMS is how long the operation took, in milliseconds: on the
+	// egress proxy's dial events, from its decision to the upstream
+	// connection (or the failure).
+	DurationMS float64 `json:"duration_ms,omitempty"`
 }
 
 // Sink receives events. Emit must be safe for concurrent use and must not

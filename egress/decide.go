@@ -30,6 +30,7 @@ type decision struct {
 	target string           // host:port, as in audit events
 	isIP   bool             // host is an IP literal listed in net_hosts
 	addrs  []netip.AddrPort // checked addresses, resolver order, never empty
+	start  time.Time        // when the decision began: dial's latency counts from it
 }
 
 // resolveError reports that a granted name could not be resolved. It is
@@ -90,6 +91,7 @@ func (p *Proxy) charge(op, target string) error {
 
 // decideCharged is decide once its op has been charged.
 func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16) (*decision, error) {
+	start := time.Now()
 	if port == 0 {
 		return nil, p.deny(op, host+":0", "port 0 cannot be reached", policy.Suggestion{})
 	}
@@ -106,7 +108,7 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 		}
 		return nil, p.deny(op, target, de.Reason, p.policy.Suggest(de))
 	}
-	d := &decision{host: n, port: port, target: target}
+	d := &decision{host: n, port: port, target: target, start: start}
 	if n == hostspec.HostLoopback {
 		// The host's own loopback, by its explicit name: never by a
 		// wildcard, never by accident.

@@ -427,11 +427,25 @@ func (p *Proxy) dial(ctx context.Context, d *decision) (net.Conn, error) {
 		if !p.track(tc) {
 			return nil, errProxyClosed
 		}
+		p.emitDial(d, audit.OpDial, "connected to "+ap.String())
 		return tc, nil
 	}
 	err := errors.Join(errs...)
 	p.log.Info("egress: dial", "target", d.target, "err", err)
+	p.emitDial(d, audit.OpDialFailed, err.Error())
 	return nil, err
+}
+
+// emitDial audits how long the proxy took from its decision (resolution
+// included) to an open upstream connection, or to giving up: the latency
+// it adds before the first byte, which `airlock serve --metrics-listen`
+// exports.
+func (p *Proxy) emitDial(d *decision, op, msg string) {
+	e := audit.Event{Kind: audit.Info, Op: op, Target: d.target, Message: msg}
+	if !d.start.IsZero() {
+		e.DurationMS = float64(time.Since(d.start).Microseconds()) / 1000
+	}
+	p.emit(e)
 }
 
 var errProxyClosed = errors.New("egress: proxy is closed")

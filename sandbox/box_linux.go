@@ -178,6 +178,9 @@ wait:
 			b.halt(budget.Interrupted, "the caller stopped the sandbox ("+context.Cause(ctx).Error()+"): everything running in it was killed")
 		case <-ctl.exited:
 		case <-b.closeCh:
+			if b.pl.Session {
+				b.halt(budget.SessionClosed, "the session was closed (Session.Close; over the API: DELETE or the server's shutdown) during the exec, which was killed with everything in the session")
+			}
 		}
 		break wait
 	}

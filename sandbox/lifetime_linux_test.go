@@ -91,3 +91,20 @@ func TestSessionLifetimeAndExtend(t *testing.T) {
 		t.Fatal("a session was still up 30 s after its maximum lifetime")
 	}
 }
+
+// TestSessionCloseDuringExec: an exec still running when its session is
+// closed is halted with session_closed and keeps its output so far
+// (before: exit 125, "the sandbox ended during the exec: signal: killed").
+func TestSessionCloseDuringExec(t *testing.T) {
+	requireSandbox(t)
+	s := lifetimeSession(t, policy.Spec{AllowedTools: []string{"sh", "sleep"}}, time.Minute, 0)
+	time.AfterFunc(time.Second, func() { s.Close() })
+	rep := execIn(t, s, sandbox.ExecRequest{Args: []string{"sh", "-c", "echo started; sleep 20"}})
+	wantHalt(t, rep, budget.SessionClosed)
+	if rep.Stdout != "started\n" {
+		t.Errorf("stdout = %q, want the output so far", rep.Stdout)
+	}
+	if _, err := s.Exec(context.Background(), sandbox.ExecRequest{Args: []string{"sh", "-c", "true"}}); !errors.Is(err, sandbox.ErrSessionClosed) {
+		t.Errorf("exec after Close: %v, want ErrSessionClosed", err)
+	}
+}

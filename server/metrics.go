@@ -29,6 +29,8 @@ type Metrics struct {
 	denials         *prometheus.CounterVec // layer
 	halts           *prometheus.CounterVec // budget
 	egress          *prometheus.CounterVec // decision
+	dials           prometheus.Histogram
+	dialFailures    prometheus.Counter
 	requests        *prometheus.CounterVec // route, code
 	latency         *prometheus.HistogramVec
 }
@@ -36,7 +38,7 @@ type Metrics struct {
 // Label values the metrics accept; anything else is counted as "other".
 var (
 	metricLayers  = []string{audit.LayerFS, audit.LayerNet, audit.LayerExec, audit.LayerBudget, audit.LayerKernel, audit.LayerTool}
-	metricBudgets = []string{"max_wall", "max_output_bytes", "max_ops", "max_memory", "max_cpu", "max_pids", "max_scratch", "max_write", "interrupted", "session_lifetime"}
+	metricBudgets = []string{"max_wall", "max_output_bytes", "max_ops", "max_memory", "max_cpu", "max_pids", "max_scratch", "max_write", "interrupted", "session_lifetime", "session_closed"}
 	metricEnds    = map[string]string{endDestroyed: "destroyed", endIdle: "idle", endDeadline: "ended", endShutdown: "shutdown"}
 )
 
@@ -50,10 +52,14 @@ func NewMetrics() *Metrics {
 	m.denials = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_denials_total", Help: "Operations denied, by enforcement layer."}, []string{"layer"})
 	m.halts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_halts_total", Help: "Execs and sandboxes halted, by the budget that ended them."}, []string{"budget"})
 	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_egress_decisions_total", Help: "Egress proxy decisions (requests, tunnels, DNS answers), by decision."}, []string{"decision"})
+	m.dials = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_egress_dial_duration_seconds",
+		Help:    "Egress proxy latency before the first byte: from its decision (name resolution included) to an open upstream connection.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}})
+	m.dialFailures = prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_egress_dial_failures_total", Help: "Allowed egress destinations the proxy could not connect to (refused, unreachable, timed out)."})
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_http_requests_total", Help: "API requests, by route and status code."}, []string{"route", "code"})
 	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "airlock_http_request_duration_seconds", Help: "API request latency, by route (an exec's lasts as long as the command).",
 		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 30, 120}}, []string{"route"})
-	m.reg.MustRegister(m.sessionsCreated, m.sessionsEnded, m.execs, m.denials, m.halts, m.egress, m.requests, m.latency,
+	m.reg.MustRegister(m.sessionsCreated, m.sessionsEnded, m.execs, m.denials, m.halts, m.egress, m.dials, m.dialFailures, m.requests, m.latency,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, l := range metricLayers {
 		m.denials.WithLabelValues(l)
@@ -87,8 +93,16 @@ func (s metricsSink) Emit(e audit.Event) {
 	case audit.Halt:
 		s.m.halts.WithLabelValues(oneOf(e.Rule, metricBudgets)).Inc()
 	}
-	if e.Layer == audit.LayerNet && (e.Kind == audit.Allow || e.Kind == audit.Deny) {
+	if e.Layer != audit.LayerNet {
+		return
+	}
+	switch {
+	case e.Kind == audit.Allow || e.Kind == audit.Deny:
 		s.m.egress.WithLabelValues(string(e.Kind)).Inc()
+	case e.Kind == audit.Info && e.Op == audit.OpDial:
+		s.m.dials.Observe(e.DurationMS / 1000)
+	case e.Kind == audit.Info && e.Op == audit.OpDialFailed:
+		s.m.dialFailures.Inc()
 	}
 }
 

@@ -1,15 +1,23 @@
 package server_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -94,5 +102,73 @@ func TestMetrics(t *testing.T) {
 	}
 	if strings.Contains(rec.Body.String(), "etc") || strings.Contains(rec.Body.String(), id) {
 		t.Errorf("a client's path or a session id became a label:\n%s", rec.Body.String())
+	}
+}
+
+// TestMetricsProxyLatency: the egress proxy's dial latency reaches
+// /metrics from the audit stream, through a real proxy on loopback: one
+// CONNECT to a granted listener is one observation, one to a granted port
+// where nothing listens is one failure.
+func TestMetricsProxyLatency(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedAddr := closed.Addr().String()
+	closed.Close()
+
+	pol, err := policy.New(policy.Spec{NetHosts: []string{up.Addr().String(), closedAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := server.NewMetrics()
+	p, err := egress.New(egress.Config{Policy: pol, Meter: budget.NewMeter(pol.Budget(), nil), Audit: m.Sink()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.ServeHTTPProxy(l)
+	for _, target := range []string{up.Addr().String(), closedAddr} {
+		c, err := net.DialTimeout("tcp", l.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		// The tunnel dials once the first bytes show the protocol (plain
+		// HTTP here); the answer, or EOF, comes after the dial.
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nGET / HTTP/1.1\r\nHost: %s\r\n\r\n", target, target, target)
+		rest, _ := io.ReadAll(bufio.NewReader(c))
+		c.Close()
+		t.Logf("CONNECT %s: %q", target, rest)
+	}
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(rec.Body.String()))
+	if err != nil {
+		t.Fatalf("not Prometheus text format: %v", err)
+	}
+	h := families["airlock_egress_dial_duration_seconds"].GetMetric()[0].GetHistogram()
+	if h.GetSampleCount() != 1 || h.GetSampleSum() <= 0 || h.GetSampleSum() > 5 {
+		t.Errorf("dial latency: %d samples, sum %vs; want 1 sample of a positive latency", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if f := families["airlock_egress_dial_failures_total"].GetMetric()[0].GetCounter().GetValue(); f != 1 {
+		t.Errorf("dial failures = %v, want 1", f)
 	}
 }

@@ -34,6 +34,10 @@ const (
 	// the lifetime its operator gave it (sandbox.Config.SessionLifetime),
 	// which Extend can move. max_wall then bounds each exec.
 	SessionLifetime Limit = "session_lifetime"
+	// SessionClosed is not a budget: it ends the execs still running when
+	// their session is closed (Session.Close; over the API, DELETE or the
+	// server's shutdown; the idle timeout spares a session while it execs).
+	SessionClosed Limit = "session_closed"
 )
 
 // Defaults applied when a policy leaves a budget out.
