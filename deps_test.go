@@ -78,7 +78,7 @@ func goList(t *testing.T) map[string]*listedPackage {
 // runGo runs the go command in the repository root with a bounded time.
 func runGo(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
-	ctx, cancel := contextWithTimeout(t, 60*time.Second)
+	ctx, cancel := contextWithTimeout(t, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool(t), args...)
 	var stderr bytes.Buffer
@@ -422,7 +422,8 @@ func TestStaticBinary(t *testing.T) {
 		t.Skipf("the ELF check runs on linux; GOOS is %s", runtime.GOOS)
 	}
 	bin := filepath.Join(t.TempDir(), "airlock")
-	ctx, cancel := contextWithTimeout(t, 60*time.Second)
+	// A first build with empty caches (a new user) takes minutes here.
+	ctx, cancel := contextWithTimeout(t, 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool(t), "build", "-o", bin, "./cmd/airlock")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -63,6 +63,10 @@ func TestAuditRunIDsAndExit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A refused exec's report names its session too.
+	if rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"ls"}}); err != nil || rep.RunID != s.ID() {
+		t.Errorf("refused exec: run_id %q (err %v), want the session's id %s", rep.RunID, err, s.ID())
+	}
 	execs := map[string]bool{}
 	for _, e := range srec.Events() {
 		if e.Run != s.ID() {
@@ -74,5 +78,43 @@ func TestAuditRunIDsAndExit(t *testing.T) {
 	}
 	if len(execs) != 2 || execs[""] {
 		t.Errorf("exit events name execs %v, want two distinct ids", execs)
+	}
+}
+
+// TestFileAPIDenialsStayOutOfExecReports: a file-API refusal is answered
+// to its caller and audited, not reported again as a denial of the next,
+// unrelated exec (before: two refused downloads of ../../etc/passwd were
+// in the denials of a later `true`).
+func TestFileAPIDenialsStayOutOfExecReports(t *testing.T) {
+	requireSandbox(t)
+	ws := t.TempDir()
+	rec := &audit.Recorder{}
+	p, err := policy.New(policy.Spec{FSWrite: []string{ws}, AllowedTools: []string{"sh"}, AllowDowngrade: rootlessDowngrades()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Guard().Read(ws + "/../../etc/passwd"); err == nil {
+		t.Fatal("the guard read a file outside the grants")
+	}
+	rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sh", "-c", "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Denials) != 0 || rep.DenialCounts.Total != 0 {
+		t.Errorf("exec report carries the file API's denial: %+v", rep.Denials)
+	}
+	audited := false
+	for _, e := range rec.Events() {
+		audited = audited || e.Kind == audit.Deny && strings.Contains(e.Target, "passwd") && e.Run == s.ID()
+	}
+	if !audited {
+		t.Errorf("the file API's denial is not in the audit log with the session's id")
 	}
 }

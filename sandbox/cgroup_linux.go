@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -54,10 +53,14 @@ func newLimits(lim plan.Limits, sink audit.Sink) (*limits, error) {
 	if err == nil {
 		return l, nil
 	}
+	var missing unenforceable
 	for _, d := range []policy.Downgrade{policy.DowngradeMemory, policy.DowngradePids} {
 		if !lim.AcceptsDowngrade(d) {
-			return nil, fmt.Errorf("cgroup limits for %s cannot be enforced here: %w; or add %q to allow_downgrade (--allow-downgrade %s) to run without them", d, err, d, d)
+			missing.add(d, err.Error())
 		}
+	}
+	if len(missing.layers) > 0 {
+		return nil, &missing
 	}
 	l.downgrades = []string{string(policy.DowngradeMemory), string(policy.DowngradePids)}
 	sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Info, Layer: audit.LayerKernel, Rule: "allow_downgrade",

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -151,9 +152,4 @@ func reverse(s string) string {
 }
 
 // rootlessDowngrades accepts what a rootless test host cannot enforce.
-func rootlessDowngrades() []string {
-	if os.Geteuid() != 0 {
-		return []string{"max_memory", "max_pids"}
-	}
-	return nil
-}
+func rootlessDowngrades() []string { return airtest.RootlessDowngrades() }

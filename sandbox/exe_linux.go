@@ -37,6 +37,17 @@ func openInit(configured string) (*os.File, error) {
 	return f, nil
 }
 
+// checkInit refuses, before anything is made, a start whose init cannot
+// be found (errNoInit), so that the refusal names the missing
+// sandbox.Init() rather than whatever a later step lacks.
+func checkInit(configured string) error {
+	f, err := openInit(configured)
+	if f != nil {
+		f.Close()
+	}
+	return err
+}
+
 // openInitNextTo applies openInit's rules to the binary at self.
 func openInitNextTo(self string) *os.File {
 	self, err := filepath.EvalSymlinks(self)

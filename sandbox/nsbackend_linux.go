@@ -29,6 +29,9 @@ type nsBackend struct{}
 // namespaces, the plan, idmapped grants and the "go" message. On error
 // nothing is left running.
 func (nsBackend) launch(b *box) (*control, error) {
+	if err := checkInit(b.cfg.Executable); err != nil {
+		return nil, err
+	}
 	cloneFlags, err := namespace.CloneFlags(b.pl.Namespaces)
 	if err != nil {
 		return nil, err
@@ -86,7 +89,15 @@ func (b *box) openStageAndLimits(backend string) error {
 	if b.stage, err = openStaging(b.pl); err != nil {
 		return err
 	}
-	if b.lim, err = newLimits(b.pl.Limits, b.sink); err != nil {
+	b.lim, err = newLimits(b.pl.Limits, b.sink)
+	if backend == "namespaces" {
+		err = b.preflight(err)
+	}
+	if err != nil {
+		if b.lim != nil {
+			b.lim.finish(b)
+			b.lim = nil
+		}
 		b.stage.close()
 		return err
 	}

@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 func TestPTY(t *testing.T) {
 	requireSandbox(t)
-	p, err := policy.New(policy.Spec{Budget: spec20s()})
+	p, err := policy.New(policy.Spec{Budget: spec20s(), AllowDowngrade: airtest.RootlessDowngrades()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -62,7 +63,11 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if w := cfg.Policy.FSWrite(); len(w) > 0 {
 		workspace = w[0]
 	}
-	gc := guard.Config{Policy: cfg.Policy, Clock: cfg.Clock, Meter: b.meter, Audit: b.sink, Cwd: workspace, Roots: b.stage.rootFDs()}
+	// The file API's denials are answered to its caller (a 403, a tool
+	// error) and audited; they are not the command's, so they stay out of
+	// the session's recorder, which fills the next exec's report.
+	fileSink := runSink{run: b.id, next: audit.Tee{cfg.Audit}}
+	gc := guard.Config{Policy: cfg.Policy, Clock: cfg.Clock, Meter: b.meter, Audit: fileSink, Cwd: workspace, Roots: b.stage.rootFDs()}
 	if b.sandboxID != 0 {
 		gc.As = asSandbox(b.sandboxID)
 	}
@@ -129,7 +134,7 @@ func (s *Session) exec(ctx context.Context, req ExecRequest) *Report {
 	b := s.b
 	refuse := func(code int, err error) *Report {
 		rep := refusal(b.sink, b.cfg.Policy, code, err)
-		rep.Enforcement = b.enf
+		rep.Enforcement, rep.RunID = b.enf, b.id
 		return rep
 	}
 	if err := b.meter.ChargeOp(); err != nil {
@@ -137,7 +142,7 @@ func (s *Session) exec(ctx context.Context, req ExecRequest) *Report {
 		if !errors.As(err, &ex) {
 			return refuse(125, err)
 		}
-		rep := &Report{Denials: []Denial{}, Enforcement: b.enf}
+		rep := &Report{Denials: []Denial{}, Enforcement: b.enf, RunID: b.id}
 		haltReport(rep, b.sink, b.cfg.Policy, ex.Limit, "the session's "+string(ex.Limit)+" is exhausted", "")
 		return rep
 	}

@@ -238,7 +238,7 @@ func TestEgressTLSThroughSandbox(t *testing.T) {
 	}
 	// httptest's certificate is for example.com; the fake resolver points it here.
 	p, err := policy.New(policy.Spec{FSRead: []string{dir}, NetHosts: []string{"example.com:" + port, "127.0.0.1:" + port},
-		Env: []string{"SSL_CERT_FILE=" + ca}, Budget: spec20s()})
+		Env: []string{"SSL_CERT_FILE=" + ca}, Budget: spec20s(), AllowDowngrade: airtest.RootlessDowngrades()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,9 @@ var weakerUnshared = []string{
 // launch compiles the plan without namespaces, makes the scratch folder,
 // the cgroup where one is delegated, and starts the init.
 func (ub unsharedBackend) launch(b *box) (*control, error) {
+	if err := checkInit(b.cfg.Executable); err != nil {
+		return nil, err
+	}
 	if len(b.cfg.Policy.Credentials()) > 0 {
 		return nil, errors.New("credentials need a mount namespace, to give the sandbox the trust bundle of airlock's per-run CA: the landlock backend has none; run with the namespaces, oci or gvisor isolation")
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -134,6 +135,7 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, owner int) {
 	}
 	var out []api.Entry
 	ok := s.fileOp(w, r, owner, "list", dir, func(g *guard.Guard, abs string) error {
+		dir = path.Clean(abs) // the answer names what was listed, not the client's shorthand
 		entries, err := g.List(abs)
 		if err != nil {
 			return err

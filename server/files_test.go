@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,8 +43,8 @@ func TestFiles(t *testing.T) {
 		t.Errorf("list = %d %s (%v)", resp.StatusCode, body, err)
 	}
 	resp, body = e.do("GET", base, tokA, nil)
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"in","type":"dir"`) {
-		t.Errorf("list workspace = %d %s", resp.StatusCode, body)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"in","type":"dir"`) || !strings.Contains(string(body), `"dir":`+strconv.Quote(ws)) {
+		t.Errorf("list workspace = %d %s, want dir %q (the path listed, as the OpenAPI document says)", resp.StatusCode, body, ws)
 	}
 
 	if resp, body := e.do("DELETE", base+"/in/data.csv", tokA, nil); resp.StatusCode != 204 {

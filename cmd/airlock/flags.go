@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policy"
@@ -18,12 +19,28 @@ type listFlag []string
 func (l *listFlag) String() string     { return fmt.Sprint(*l) }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// commaListFlag is a repeatable flag whose values may also be lists
+// separated by commas: --allow-downgrade max_memory,max_pids.
+type commaListFlag []string
+
+func (l *commaListFlag) String() string { return fmt.Sprint(*l) }
+func (l *commaListFlag) Set(v string) error {
+	for _, e := range strings.Split(v, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			return fmt.Errorf("empty name in %q: give names separated by commas, e.g. max_memory,max_pids", v)
+		}
+		*l = append(*l, e)
+	}
+	return nil
+}
+
 // policyFlags are the flags shared by run and explain.
 type policyFlags struct {
 	file                             string
 	fsRead, fsWrite, hosts, tools    listFlag
 	fsDeny, fsProtect, fsUnprotect   listFlag
-	env, downgrade, credentials      listFlag
+	env, credentials                 listFlag
+	downgrade                        commaListFlag
 	maxWall, maxCPU                  string
 	maxOutput, maxMemory, maxScratch string
 	maxWrite                         string
@@ -42,7 +59,7 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.tools, "tool", "allow executing `TOOL` (repeatable)")
 	fs.Var(&f.env, "env", "pass `NAME` (or set NAME=VALUE) into the sandbox (repeatable)")
 	fs.Var(&f.credentials, "credential", "have the proxy set header HEADER on requests to HOST to the value of airlock's own environment variable ENV, which the sandbox never sees (`HOST:HEADER=ENV`, repeatable; HTTPS to HOST is terminated with a per-run CA trusted inside)")
-	fs.Var(&f.downgrade, "allow-downgrade", "accept running without `LAYER` if the host lacks it (landlock, max_memory, max_cpu, max_pids, fs_audit)")
+	fs.Var(&f.downgrade, "allow-downgrade", "accept running without `LAYER` if the host lacks it (landlock, max_memory, max_cpu, max_pids, fs_audit, namespaces, proc; repeatable, or several separated by commas)")
 	fs.StringVar(&f.maxWall, "max-wall", "", "wall-clock deadline, e.g. 30s")
 	fs.StringVar(&f.maxCPU, "max-cpu", "", "CPU time of the whole tree, e.g. 10s")
 	fs.StringVar(&f.maxOutput, "max-output", "", "stdout+stderr bytes kept before the run is halted, e.g. 1MiB")

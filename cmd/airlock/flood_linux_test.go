@@ -129,7 +129,7 @@ func runFlood(t *testing.T, args ...string) (floodReport, int, procSample) {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	// A granted host gives the sandbox its proxy; the floods never ask for it.
-	cmd := exec.CommandContext(ctx, airlockBin, append([]string{"run", "--json", "--net-host", "granted.example:443"}, args...)...)
+	cmd := exec.CommandContext(ctx, airlockBin, rootless(append([]string{"run", "--json", "--net-host", "granted.example:443"}, args...))...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {

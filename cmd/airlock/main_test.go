@@ -56,6 +56,15 @@ func buildAndRun(m *testing.M) int {
 	return m.Run()
 }
 
+// rootless adds to an `airlock run` the downgrades a normal user's run
+// needs (none as root): the tests of the CLI run for every user.
+func rootless(args []string) []string {
+	if len(args) == 0 || args[0] != "run" {
+		return args
+	}
+	return append(append([]string{"run"}, airtest.RootlessFlags()...), args[1:]...)
+}
+
 // result is what one airlock invocation did.
 type result struct {
 	stdout, stderr string
@@ -68,7 +77,7 @@ func airlock(t *testing.T, dir string, args ...string) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, airlockBin, args...)
+	cmd := exec.CommandContext(ctx, airlockBin, rootless(args)...)
 	cmd.Dir = dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -188,7 +188,7 @@ func runInPTY(t *testing.T, env []string, args ...string) string {
 	defer master.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, airlockBin, args...)
+	cmd := exec.CommandContext(ctx, airlockBin, rootless(args)...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(withoutEnv(os.Environ(), "NO_COLOR"), append([]string{"TERM=xterm-256color"}, env...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave

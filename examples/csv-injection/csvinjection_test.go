@@ -153,7 +153,7 @@ func testCSVInjection(t *testing.T, bin string, flags ...string) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	args := append([]string{"run"}, flags...)
+	args := append(append([]string{"run"}, airtest.RootlessFlags()...), flags...)
 	args = append(args, "--policy", "policy.yaml", "--env", "HOME="+home, "--env", "ATTACKER_URL="+url, "--json", "--", "python3", "../agent_snippet.py")
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir

@@ -136,3 +136,23 @@ func Golden(t testing.TB, name string, got []byte) {
 		t.Errorf("%s differs from golden file (run go test -update and review the diff)\n--- got:\n%s\n--- want:\n%s", name, got, want)
 	}
 }
+
+// RootlessDowngrades is what a test's policy accepts so that it runs as a
+// normal user, where no cgroup is delegated (this machine, and most):
+// max_memory and max_pids, which only cgroups enforce. As root it is nil,
+// so CI's root run enforces, and tests, every limit. A test of those
+// limits themselves needs root (RequireRoot), not this.
+func RootlessDowngrades() []string {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	return []string{"max_memory", "max_pids"}
+}
+
+// RootlessFlags is RootlessDowngrades as `airlock run` flags.
+func RootlessFlags() []string {
+	if d := RootlessDowngrades(); d != nil {
+		return []string{"--allow-downgrade", strings.Join(d, ",")}
+	}
+	return nil
+}
