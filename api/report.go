@@ -166,6 +166,10 @@ type Enforcement struct {
 	// (also any TCP connect by name or granted address, through airlock's
 	// DNS and connect broker). Empty when net_hosts grants nothing.
 	Egress string `json:"egress,omitempty"`
+	// Rootfs is the environment the sandbox ran in: the folder whose
+	// system base and tools stood in for the host's (the policy's
+	// rootfs). Empty for the host's own.
+	Rootfs string `json:"rootfs,omitempty"`
 }
 
 // Writes is what the copy back of a run's staged fs_write grants did

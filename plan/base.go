@@ -25,12 +25,14 @@ var baseCandidates = []struct {
 // devices are bound from the host, read-write, and nothing else from /dev.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
 
-func systemBase(h Host) ([]Mount, error) {
+// systemBase binds the base candidates from root ("" for the host's own,
+// else an environment's root filesystem) at their own paths inside.
+func systemBase(h Host, root string) ([]Mount, error) {
 	var out []Mount
 	for _, c := range baseCandidates {
-		exists, dir, link, err := h.Lstat(c.path)
+		exists, dir, link, err := h.Lstat(root + c.path)
 		if err != nil {
-			return nil, fmt.Errorf("system base %s: %w", c.path, err)
+			return nil, fmt.Errorf("system base %s: %w", root+c.path, err)
 		}
 		switch {
 		case !exists:
@@ -41,7 +43,7 @@ func systemBase(h Host) ([]Mount, error) {
 			// Real directories full of executables: only tools are mounted there.
 			continue
 		default:
-			out = append(out, Mount{Kind: KindBind, Source: c.path, Target: c.path, Exec: c.exec, File: !dir, Origin: OriginBase})
+			out = append(out, Mount{Kind: KindBind, Source: root + c.path, Target: c.path, Exec: c.exec, File: !dir, Origin: OriginBase})
 		}
 	}
 	for _, d := range devices {

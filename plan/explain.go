@@ -24,6 +24,9 @@ func (pl *Plan) String() string {
 		return b.String()
 	}
 	pl.writeIdentity(&b)
+	if pl.Rootfs != "" {
+		fmt.Fprintf(&b, "environment: %s (rootfs): the system base and the tools come from this root filesystem, not the host's\n", pl.Rootfs)
+	}
 	b.WriteString("\nroot filesystem (mount namespace; everything else on the host does not exist inside):\n")
 	for _, m := range pl.Mounts {
 		b.WriteString("  " + m.describe() + "\n")

@@ -174,6 +174,10 @@ type Plan struct {
 	// Credentials are the policy's credentials, HOST:HEADER=ENV, for
 	// explain: the proxy adds them; their values never reach the plan.
 	Credentials []string `json:"credentials,omitempty"`
+	// Rootfs is the environment (the policy's rootfs): the folder whose
+	// system base and tools are bound in place of the host's; "" for the
+	// host's own.
+	Rootfs string `json:"rootfs,omitempty"`
 	// RequireLandlock is false only when the policy accepts the downgrade.
 	RequireLandlock bool `json:"require_landlock"`
 	// ProcFallback lets the init bind the /proc it sees (a container's)
@@ -233,7 +237,10 @@ type Rlimit struct {
 }
 
 // Host answers the questions Compile must ask about the host filesystem.
-// The sandbox package implements it with lstat and readlink.
+// The sandbox package implements it with lstat and readlink. For a policy
+// with a rootfs, LookTool and Loader answer inside that root filesystem
+// (symlinks resolved within it) and Lstat answers host paths, the rootfs's
+// own included: Compile asks about ROOTFS/usr/lib for the system base.
 type Host interface {
 	// Lstat reports whether path exists, whether it is a directory, and the
 	// link text when it is a symlink.
@@ -281,7 +288,8 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 		Capabilities: []string{}, NoNewPrivileges: true, Seccomp: DefaultSeccomp(), Limits: limitsOf(p)}
 	lim := p.Budget()
 
-	base, err := systemBase(h)
+	pl.Rootfs = p.Rootfs()
+	base, err := systemBase(h, pl.Rootfs)
 	if err != nil {
 		return nil, err
 	}

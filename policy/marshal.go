@@ -25,6 +25,7 @@ type fileJSON struct {
 	Credentials    []Credential `json:"credentials,omitempty"`
 	Budget         budgetJSON   `json:"budget"`
 	AllowDowngrade []string     `json:"allow_downgrade,omitempty"`
+	Rootfs         string       `json:"rootfs,omitempty"`
 }
 
 // budgetJSON writes every budget; field order is the order of budgetKeys.
@@ -71,6 +72,7 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 	for _, d := range p.downgrades {
 		f.AllowDowngrade = append(f.AllowDowngrade, string(d))
 	}
+	f.Rootfs = p.rootfs
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -117,7 +119,8 @@ func Equal(a, b *Policy) bool {
 		slices.Equal(a.env, b.env) &&
 		slices.Equal(a.credentials, b.credentials) &&
 		a.limits == b.limits &&
-		slices.Equal(a.downgrades, b.downgrades)
+		slices.Equal(a.downgrades, b.downgrades) &&
+		a.rootfs == b.rootfs
 }
 
 // Summary describes p in one line: how many entries each grant has, then
@@ -145,6 +148,9 @@ func (p *Policy) Summary() string {
 		for _, d := range p.downgrades {
 			b.WriteString(" " + string(d))
 		}
+	}
+	if p.rootfs != "" {
+		b.WriteString("; rootfs " + p.rootfs)
 	}
 	return b.String()
 }

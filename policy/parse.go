@@ -35,7 +35,7 @@ import (
 const MaxInputSize = 1 << 20
 
 // topKeys are the keys a policy file may hold, in canonical order.
-var topKeys = []string{"version", "fs_read", "fs_write", "fs_deny", "fs_protect", "fs_unprotect", "net_hosts", "allowed_tools", "env", "credentials", "budget", "allow_downgrade"}
+var topKeys = []string{"version", "fs_read", "fs_write", "fs_deny", "fs_protect", "fs_unprotect", "net_hosts", "allowed_tools", "env", "credentials", "budget", "allow_downgrade", "rootfs"}
 
 // budgetKeyStrings returns the keys the budget mapping may hold.
 func budgetKeyStrings() []string {
@@ -308,6 +308,8 @@ func (ps *fileParser) document(doc *yaml.Node) {
 			ps.d.credentials = ps.credentials(v)
 		case "allow_downgrade":
 			ps.d.downgrades = ps.list(v, key)
+		case "rootfs":
+			ps.d.rootfs = ps.scalar(v, key)
 		case "budget":
 			ps.budget(v)
 		}
@@ -416,6 +418,19 @@ func (ps *fileParser) list(v *yaml.Node, key string) []item {
 		items = append(items, item{val: e.Value, line: e.Line, col: e.Column, label: key + " entry"})
 	}
 	return items
+}
+
+// scalar reads a key whose value is one string (rootfs), as a one-item list.
+func (ps *fileParser) scalar(v *yaml.Node, key string) []item {
+	if v.Kind != yaml.ScalarNode || v.Tag != "!!str" {
+		hint := ""
+		if v.Kind == yaml.ScalarNode && !isNull(v) {
+			hint = fmt.Sprintf(": quote it (%q) to use it as text", v.Value)
+		}
+		ps.nodef(v, "%s is one string (a folder), got %s%s", key, kindName(v), hint)
+		return nil
+	}
+	return []item{{val: v.Value, line: v.Line, col: v.Column, label: key}}
 }
 
 // credentials reads the credentials list: each entry a mapping of host,

@@ -64,6 +64,7 @@ type Policy struct {
 	limits      budget.Limits // all fields set
 	downgrades  []Downgrade
 	explicit    limitSet // budgets the file, Spec or a flag set; With may lower them, never raise
+	rootfs      string   // the environment's root filesystem; "" is the host's
 }
 
 // EnvVar is one env grant: Name passed through from the caller's
@@ -73,6 +74,11 @@ type EnvVar struct {
 	Value    string
 	HasValue bool
 }
+
+// Rootfs returns the environment's root filesystem: the absolute folder
+// whose system base and tools the sandbox sees in place of the host's, or
+// "" for the host's own.
+func (p *Policy) Rootfs() string { return p.rootfs }
 
 // Source returns the file the policy was read from, or "".
 func (p *Policy) Source() string { return p.source }

@@ -19,6 +19,10 @@ type Spec struct {
 	Credentials    []Credential  // added by the proxy, never seen inside; nil adds none
 	Budget         budget.Limits // zero fields take defaults; set fields count as explicit
 	AllowDowngrade []string      // Downgrade values; nil accepts no downgrade
+	// Rootfs is the environment: an absolute folder holding a root
+	// filesystem (e.g. made by debootstrap) whose system base and tools the
+	// sandbox sees in place of the host's. "" is the host's own.
+	Rootfs string
 }
 
 // New validates s and returns the policy it describes. Otherwise it returns
@@ -37,6 +41,9 @@ func New(s Spec) (*Policy, error) {
 		credentials: credentialItems(s.Credentials, "credentials"),
 		downgrades:  specItems(s.AllowDowngrade, "allow_downgrade"),
 		limits:      limitItems(s.Budget, func(k budget.Limit) string { return string(k) }),
+	}
+	if s.Rootfs != "" {
+		d.rootfs = []item{{val: s.Rootfs, label: "rootfs"}}
 	}
 	p, errs := validate(d, nil)
 	if len(errs) > 0 {

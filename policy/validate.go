@@ -47,6 +47,7 @@ type draft struct {
 	credentials []item // HOST:HEADER=ENV
 	downgrades  []item
 	limits      []limitItem
+	rootfs      []item // at most one: the environment's root filesystem
 }
 
 // limitSet records which budgets were set explicitly, one bit per budgetKeys index.
@@ -125,6 +126,7 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 		}
 		p.downgrades = append(p.downgrades, dg)
 	}
+	v.rootfs(p, d.rootfs)
 	v.limits(p, base)
 	v.writeBudget(p)
 	v.narrowing(p, deny, protect, unprotect)
@@ -234,6 +236,38 @@ func (v *validator) path(it item) (string, bool) {
 		return "", false
 	}
 	return c, true
+}
+
+// rootfs sets p's environment from its one item, if any: an absolute
+// folder other than /, canonicalized like a grant. A policy that already
+// has one (a file under flags) keeps it; naming another is an error.
+func (v *validator) rootfs(p *Policy, items []item) {
+	for _, it := range items {
+		if !v.str(it) {
+			continue
+		}
+		if strings.HasPrefix(it.val, "~") {
+			v.itemf(it, "~ is not expanded: write the absolute path")
+			continue
+		}
+		if !strings.HasPrefix(it.val, "/") && v.d.baseDir == "" {
+			v.itemf(it, "relative path with no base folder: use an absolute path")
+			continue
+		}
+		c, err := pathspec.Abs(v.d.baseDir, it.val)
+		if err != nil {
+			v.itemf(it, "%v", err)
+			continue
+		}
+		switch {
+		case c == "/":
+			v.itemf(it, "/ is the host's own root, the default: leave rootfs out to use it")
+		case p.rootfs != "" && p.rootfs != c:
+			v.itemf(it, "the policy already runs in the environment %s: one policy has one rootfs", p.rootfs)
+		default:
+			p.rootfs = c
+		}
+	}
 }
 
 // hostPathProblem returns why canonical path c may never be granted, or "".

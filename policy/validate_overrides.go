@@ -19,6 +19,7 @@ type Overrides struct {
 	Credentials    []string      // --credential: HOST:HEADER=ENV; nil adds none
 	AllowDowngrade []string      // --allow-downgrade: Downgrade values; nil adds none
 	Budget         budget.Limits // --max-*: zero fields leave the policy's budget as it is
+	Rootfs         string        // --rootfs: the environment, when the policy names none (or the same); "" keeps the policy's
 }
 
 // flagNames are the CLI flags that set each budget.
@@ -54,6 +55,9 @@ func (p *Policy) With(o Overrides, baseDir string) (*Policy, error) {
 		credentials: specItems(o.Credentials, "--credential"),
 		downgrades:  specItems(o.AllowDowngrade, "--allow-downgrade"),
 		limits:      limitItems(o.Budget, func(k budget.Limit) string { return flagNames[k] }),
+	}
+	if o.Rootfs != "" {
+		d.rootfs = []item{{val: o.Rootfs, label: "--rootfs"}}
 	}
 	np, errs := validate(d, p)
 	if len(errs) > 0 {

@@ -81,6 +81,7 @@ func (e *CeilingError) Is(target error) bool { return target == ErrExceedsCeilin
 //   - every budget (all of them, defaults included) is at most the
 //     ceiling's; LowerDefaults first lowers the defaults p did not set;
 //   - each allow_downgrade entry is in the ceiling's allow_downgrade;
+//   - a rootfs is the ceiling's rootfs (none uses the host's base);
 //   - no grant lies inside one of the ceiling's fs_deny paths, and each
 //     fs_unprotect entry (which makes a protected path writable) lies
 //     inside one of the ceiling's fs_unprotect entries. fs_deny and
@@ -160,6 +161,11 @@ func (p *Policy) Within(ceiling *Policy) error {
 		if _, ok := slices.BinarySearch(ceiling.downgrades, d); !ok {
 			add("allow_downgrade", string(d), "the ceiling does not accept running without "+string(d)+": remove it, or ask the operator to allow it")
 		}
+	}
+	if p.rootfs != "" && p.rootfs != ceiling.rootfs {
+		// An environment is a tree of the server's files the sandbox reads:
+		// only the one the operator names.
+		add("rootfs", p.rootfs, "the ceiling offers no such environment: remove rootfs, or ask the operator for it")
 	}
 	if len(ex) == 0 {
 		return nil

@@ -11,6 +11,7 @@ import (
 
 // ceilingText is an operator's ceiling used by the tests below.
 const ceilingText = `version: 1
+rootfs: /srv/envs/debian
 fs_read: [/srv/data, /etc/ssl/certs]
 fs_write: [/srv/work]
 net_hosts: ["*.example.com:443", "pypi.org", 10.0.0.0/8:5432]
@@ -75,6 +76,9 @@ func TestWithin(t *testing.T) {
 		{"budget-at-ceiling", "version: 1\nbudget:\n  max_wall: 10m\n  max_memory: 1GiB\n", nil},
 		{"budget-above", "version: 1\nbudget:\n  max_wall: 11m\n  max_pids: 129\n", []string{"budget.max_wall 11m", "budget.max_pids 129"}},
 		{"downgrade", "version: 1\nallow_downgrade: [fs_audit, landlock]\n", []string{"allow_downgrade landlock"}},
+		{"rootfs-the-ceilings", "version: 1\nrootfs: /srv/envs/debian\n", nil},
+		{"rootfs-other", "version: 1\nrootfs: /srv/envs/../../etc\n", []string{"rootfs /etc"}},
+		{"rootfs-inside-a-grant", "version: 1\nrootfs: /srv/data\n", []string{"rootfs /srv/data"}},
 		{"every-key", "version: 1\nfs_read: [/root/.aws]\nfs_write: [/tmp/x]\nnet_hosts: [evil.test]\nallowed_tools: [curl]\nenv: [HOME]\nbudget:\n  max_ops: 5001\nallow_downgrade: [landlock]\n",
 			[]string{"fs_read /root/.aws", "fs_write /tmp/x", "net_hosts evil.test", "allowed_tools curl", "env HOME", "budget.max_ops 5001", "allow_downgrade landlock"}},
 	}

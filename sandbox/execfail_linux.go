@@ -68,7 +68,7 @@ func diagnoseExec(pl *plan.Plan, p *policy.Policy, tool string) execDiagnosis {
 					d.cause = strconv.Quote(name) + " is neither an ELF executable nor a script starting with #!"
 				}
 			case loader != "" && !runnableInside(pl, loader, true):
-				if !executableOnHost(loader) {
+				if !executableIn(pl.Rootfs, loader) {
 					d.cause = firstCause(d.cause, "the dynamic loader "+strconv.Quote(loader)+" of "+strconv.Quote(name)+" does not exist on this host")
 					return d
 				}
@@ -82,20 +82,20 @@ func diagnoseExec(pl *plan.Plan, p *policy.Policy, tool string) execDiagnosis {
 			return d
 		}
 		if !runnableInside(pl, interp, false) {
-			if !executableOnHost(interp) {
+			if !executableIn(pl.Rootfs, interp) {
 				d.cause = firstCause(d.cause, strconv.Quote(name)+" is a script whose #! interpreter "+strconv.Quote(interp)+" does not exist on this host")
 				return d
 			}
 			d.cause = firstCause(d.cause, strconv.Quote(name)+" is a script whose #! interpreter "+strconv.Quote(interp)+" is not an allowed tool, so it is not in the sandbox")
 			missing = append(missing, interp)
 		}
-		next, err := realPath(interp)
+		next, err := realPath(pl.Rootfs, interp)
 		if err != nil {
 			return d
 		}
 		if prog := envProgram(interp, arg); prog != "" && !toolOnPath(pl, prog) {
 			// env looks prog up on the sandbox's PATH, where only tools are.
-			_, progReal, err := (&hostFS{}).LookTool(prog)
+			_, progReal, err := (&hostFS{root: pl.Rootfs}).LookTool(prog)
 			if err != nil {
 				d.cause = firstCause(d.cause, strconv.Quote(name)+" runs "+strconv.Quote(prog)+" through env, and no executable of that name exists on this host")
 				return d
@@ -240,15 +240,17 @@ func elfLoader(file string) (loader string, isELF bool) {
 	return "", true
 }
 
-// executableOnHost reports whether file is a regular executable file.
-func executableOnHost(file string) bool {
-	fi, err := os.Stat(file)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+// executableIn reports whether file (an inside path) is a regular
+// executable file of the host, or of the environment's root.
+func executableIn(root, file string) bool {
+	_, _, err := (&hostFS{root: root}).LookTool(file)
+	return err == nil
 }
 
-// realPath resolves the host's symlinks in file.
-func realPath(file string) (string, error) {
-	_, real, err := (&hostFS{}).LookTool(file)
+// realPath resolves the symlinks in file, on the host or within the
+// environment's root, and returns the real file to read.
+func realPath(root, file string) (string, error) {
+	_, real, err := (&hostFS{root: root}).LookTool(file)
 	return real, err
 }
 

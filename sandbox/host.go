@@ -20,7 +20,11 @@ func (c *Cmd) Plan() (*plan.Plan, error) {
 	if c.Policy == nil {
 		return nil, errNoPolicy
 	}
-	return plan.Compile(c.Policy, plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted}, &hostFS{})
+	h, err := newHostFS(c.Policy.Rootfs())
+	if err != nil {
+		return nil, err
+	}
+	return plan.Compile(c.Policy, plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted}, h)
 }
 
 var errNoPolicy = errors.New("sandbox: Config.Policy is nil: build one with policy.Parse, policy.New or policy.Default")
@@ -28,11 +32,61 @@ var errNoPolicy = errors.New("sandbox: Config.Policy is nil: build one with poli
 // hostFS answers plan.Host from the real filesystem. It is portable:
 // explain and export compile plans on any OS.
 type hostFS struct {
+	// root is the environment's root filesystem, where tools and loaders
+	// are looked up, symlinks resolved within it; "" is the host's own.
+	root    string
 	env     func(string) (string, bool)
 	loaders map[string]bool
 }
 
+// newHostFS checks an environment's root filesystem and returns the
+// hostFS that looks tools up in it ("" for the host's own). The root must
+// be a real folder (no symlink in its path), owned by root or by this
+// user and writable by no one else: what the sandbox sees as its /usr/lib
+// and tools must not change under it.
+func newHostFS(root string) (*hostFS, error) {
+	if root == "" {
+		return &hostFS{}, nil
+	}
+	real, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("rootfs %s: %w: name a folder holding a root filesystem (e.g. made by debootstrap)", root, err)
+	}
+	if real != root {
+		return nil, fmt.Errorf("rootfs %s: the path goes through a symlink (it is %s): name the real folder", root, real)
+	}
+	fi, err := os.Stat(root)
+	if err != nil {
+		return nil, fmt.Errorf("rootfs %s: %w", root, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("rootfs %s is not a folder: name a folder holding a root filesystem (an image must be unpacked first)", root)
+	}
+	if err := ownedSafely(root, fi); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"/usr", "/usr/lib"} {
+		// Lstat: a link to the host's /usr/lib would bind the host's.
+		if fi, err := os.Lstat(root + d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("rootfs %s has no %s folder (a real folder, not a symlink): it does not look like a root filesystem (debootstrap, or an unpacked image, makes one)", root, d)
+		}
+	}
+	return &hostFS{root: root}, nil
+}
+
+// Lstat answers for a host path. Inside the environment's root, a symlink
+// above the asked path is refused, so the host's own folders can never
+// stand in for the environment's (ROOT/usr -> /usr).
 func (h *hostFS) Lstat(path string) (exists, dir bool, link string, err error) {
+	if h.root != "" && strings.HasPrefix(path, h.root+"/") {
+		rel := strings.TrimPrefix(path, h.root)
+		for p := filepath.Dir(rel); p != "/" && p != "."; p = filepath.Dir(p) {
+			fi, err := os.Lstat(h.root + p)
+			if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+				return false, false, "", fmt.Errorf("rootfs %s: %s is a symlink, above %s: an environment's system folders must be real folders", h.root, p, rel)
+			}
+		}
+	}
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return false, false, "", nil // ENOTDIR: a parent is a file (a single-file grant's .git)
@@ -50,6 +104,9 @@ func (h *hostFS) Lstat(path string) (exists, dir bool, link string, err error) {
 // LookTool finds name on plan.SandboxPath (or at its absolute path) and
 // returns where the sandbox sees it and the real file to bind there.
 func (h *hostFS) LookTool(name string) (inside, real string, err error) {
+	if h.root != "" {
+		return h.lookToolIn(name)
+	}
 	var candidates []string
 	if strings.HasPrefix(name, "/") {
 		candidates = []string{filepath.Clean(name)}
@@ -106,7 +163,13 @@ func (h *hostFS) noteLoader(path string) {
 func (h *hostFS) Loader() []string {
 	var out []string
 	for _, l := range slices.Sorted(maps.Keys(h.loaders)) {
-		if _, err := os.Stat(l); err == nil {
+		var err error
+		if h.root == "" {
+			_, err = os.Stat(l)
+		} else {
+			_, err = resolveIn(h.root, l) // an environment's loader is an inside path
+		}
+		if err == nil {
 			out = append(out, l)
 		}
 	}
@@ -118,4 +181,99 @@ func (h *hostFS) Env(name string) (string, bool) {
 		return os.LookupEnv(name)
 	}
 	return h.env(name)
+}
+
+// lookToolIn is LookTool inside the environment's root filesystem: the
+// candidates are inside paths, each resolved with every symlink taken
+// relative to the root (an absolute link leads to ROOT/..., and .. stops
+// at the root), so nothing outside the root is ever bound.
+func (h *hostFS) lookToolIn(name string) (inside, real string, err error) {
+	var candidates []string
+	switch {
+	case strings.HasPrefix(name, "/"):
+		candidates = []string{filepath.Clean(name)}
+	case strings.Contains(name, "/"):
+		return "", "", fmt.Errorf("tool %q: use a bare name or an absolute path", name)
+	default:
+		for _, d := range filepath.SplitList(plan.SandboxPath) {
+			candidates = append(candidates, filepath.Join(d, name))
+		}
+	}
+	for _, c := range candidates {
+		r, err := resolveIn(h.root, c)
+		if err != nil {
+			continue
+		}
+		fi, err := os.Lstat(h.root + r)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+			continue
+		}
+		dir, err := resolveIn(h.root, filepath.Dir(c))
+		if err != nil {
+			continue
+		}
+		h.noteLoader(h.root + r)
+		return filepath.Join(dir, filepath.Base(c)), h.root + r, nil
+	}
+	return "", "", fmt.Errorf("%w: %q is not an executable file on %s in the environment %s", ErrNotFound, name, plan.SandboxPath, h.root)
+}
+
+// maxLinks bounds the symlinks resolveIn follows, as the kernel's 40.
+const maxLinks = 40
+
+// resolveIn returns the inside path p with every symlink resolved within
+// root: absolute link text starts again at root, and .. never climbs
+// above it. With root "" it resolves on the host.
+func resolveIn(root, p string) (string, error) {
+	// Not cleaned first: .. after a symlink is the parent of its target.
+	rest := strings.Split(p, "/")
+	cur, links := "/", 0
+	for len(rest) > 0 {
+		part := rest[0]
+		rest = rest[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, part)
+		fi, err := os.Lstat(root + next)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("%s: %w", p, syscall.ELOOP)
+		}
+		link, err := os.Readlink(root + next)
+		if err != nil {
+			return "", err
+		}
+		if strings.HasPrefix(link, "/") {
+			cur = "/"
+		}
+		rest = append(strings.Split(link, "/"), rest...)
+	}
+	return cur, nil
+}
+
+// ownedSafely refuses an environment's root that someone other than root
+// or this user owns, or that its group or others may write.
+func ownedSafely(root string, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil // not a Unix file system: the sandbox runs on Linux only
+	}
+	if st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("rootfs %s is owned by uid %d: an environment must be owned by root or by the user running airlock", root, st.Uid)
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("rootfs %s is writable by its group or others (mode %04o): chmod go-w it", root, fi.Mode().Perm())
+	}
+	return nil
 }

@@ -101,7 +101,7 @@ func (b *box) openStageAndLimits(backend string) error {
 		b.stage.close()
 		return err
 	}
-	b.enf.Backend = backend
+	b.enf.Backend, b.enf.Rootfs = backend, b.pl.Rootfs
 	for _, d := range b.lim.downgrades {
 		b.downgraded(policy.Downgrade(d))
 	}

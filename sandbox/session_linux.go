@@ -42,7 +42,11 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.Policy == nil {
 		return nil, errNoPolicy
 	}
-	pl, err := plan.Compile(cfg.Policy, plan.Request{Session: true}, &hostFS{})
+	h, err := newHostFS(cfg.Policy.Rootfs())
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	pl, err := plan.Compile(cfg.Policy, plan.Request{Session: true}, h)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}

@@ -56,6 +56,9 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if err := checkInit(b.cfg.Executable); err != nil {
 		return nil, err
 	}
+	if root := b.cfg.Policy.Rootfs(); root != "" {
+		return nil, fmt.Errorf("the environment %s (rootfs) needs a mount namespace to stand in for the host's system folders, and the landlock backend has none (nothing was started): run where user namespaces can be created, or drop the rootfs", root)
+	}
 	if len(b.cfg.Policy.Credentials()) > 0 {
 		return nil, errors.New("credentials need a mount namespace, to give the sandbox the trust bundle of airlock's per-run CA: the landlock backend has none; run with the namespaces, oci or gvisor isolation")
 	}

@@ -24,7 +24,9 @@ Writes the sandbox 'airlock run' would build for COMMAND in a form other
 runtimes enforce. Nothing is started.
 
   oci  an OCI runtime bundle for runc, crun or runsc: DIR/config.json, the
-       synthesized files it binds, and an empty DIR/rootfs (unless --rootfs).
+       synthesized files it binds, and an empty DIR/rootfs (unless
+       --bundle-rootfs). A policy's environment (rootfs, --rootfs) is carried
+       as the binds of its system base and tools.
        Run it with: runc run --bundle DIR NAME
   k8s  DIR/airlock.yaml (NetworkPolicy, egress proxy, Pod) and the seccomp
        profile under DIR/seccomp/, to install below the kubelet's seccomp root.
@@ -57,7 +59,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	pf.register(fs)
 	out := fs.String("out", "", "`DIR` to write into (required)")
 	arch := fs.String("arch", "", "GOARCH the seccomp filter is written for (default: this machine's)")
-	rootfs := fs.String("rootfs", "", "oci: root filesystem `DIR` (default: an empty DIR/rootfs; everything is bound)")
+	rootfs := fs.String("bundle-rootfs", "", "oci: the bundle's root `DIR` (default: an empty DIR/rootfs; everything is bound onto it)")
 	hostID := fs.Uint("host-id", oci.DefaultHostID, "oci: unprivileged host uid/gid that root inside maps to; fs_write grants must be writable by it")
 	ns := fs.String("namespace", "", "k8s: namespace of every object (default: kubectl's current one)")
 	name := fs.String("name", k8s.DefaultName, "k8s: Pod name, prefix of the other objects")
@@ -103,6 +105,9 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		// Nothing secret is exported; the exported sandbox simply has no
 		// one to add the credential, so its requests go without it.
 		fmt.Fprintf(stderr, "airlock export %s: warning: the policy's %d credentials are not exported: the exported proxy adds none, so requests to %s go without them\n", target, len(cs), cs[0].Host)
+	}
+	if root := p.Rootfs(); root != "" && target == "k8s" {
+		return fail(fmt.Errorf("the environment %s (rootfs) is a folder on this machine, and a pod runs its image: build --image from that root filesystem (e.g. tar -C %s -c . | podman import - IMAGE) and export without rootfs", root, root))
 	}
 	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: fs.Args(), Dir: pf.cwd, CommandIsGranted: true}
 	pl, err := cmd.Plan()

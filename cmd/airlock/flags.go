@@ -46,6 +46,7 @@ type policyFlags struct {
 	maxWrite                         string
 	maxOps, maxPids                  int64
 	cwd                              string
+	rootfs                           string
 }
 
 func (f *policyFlags) register(fs *flag.FlagSet) {
@@ -68,6 +69,7 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.maxWrite, "max-write", "", "bytes the run may add to its fs_write grants, e.g. 256MiB (at most max_memory: staged writes are held in memory)")
 	fs.Int64Var(&f.maxOps, "max-ops", 0, "boundary crossings (egress requests, execs, tool calls)")
 	fs.Int64Var(&f.maxPids, "max-pids", 0, "processes and threads at once")
+	fs.StringVar(&f.rootfs, "rootfs", "", "run in the environment whose root filesystem is `DIR` (e.g. made by debootstrap): its system base and tools stand in for the host's (namespaces isolation only)")
 	fs.StringVar(&f.cwd, "cwd", "", "working `DIR` inside the sandbox (default: the first fs_write grant, else /tmp)")
 }
 
@@ -82,7 +84,7 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 		}
 	}
 	o := policy.Overrides{FSRead: f.fsRead, FSWrite: f.fsWrite, FSDeny: f.fsDeny, FSProtect: f.fsProtect, FSUnprotect: f.fsUnprotect,
-		NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade, Credentials: f.credentials}
+		NetHosts: f.hosts, AllowedTools: f.tools, Env: f.env, AllowDowngrade: f.downgrade, Credentials: f.credentials, Rootfs: f.rootfs}
 	var errs []error
 	dur := func(name, v string, dst *time.Duration) {
 		if v == "" {
