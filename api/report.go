@@ -170,6 +170,9 @@ type Enforcement struct {
 	// system base and tools stood in for the host's (the policy's
 	// rootfs). Empty for the host's own.
 	Rootfs string `json:"rootfs,omitempty"`
+	// RootfsDigest is the image's digest when Rootfs is an image (an OCI
+	// layout or archive, a Docker archive), unpacked and checked by it.
+	RootfsDigest string `json:"rootfs_digest,omitempty"`
 }
 
 // Writes is what the copy back of a run's staged fs_write grants did

@@ -24,7 +24,10 @@ func (pl *Plan) String() string {
 		return b.String()
 	}
 	pl.writeIdentity(&b)
-	if pl.Rootfs != "" {
+	switch {
+	case pl.RootfsImage != "":
+		fmt.Fprintf(&b, "environment: %s (rootfs, an image unpacked in %s): the system base and the tools come from it, not the host's\n", pl.RootfsImage, pl.Rootfs)
+	case pl.Rootfs != "":
 		fmt.Fprintf(&b, "environment: %s (rootfs): the system base and the tools come from this root filesystem, not the host's\n", pl.Rootfs)
 	}
 	b.WriteString("\nroot filesystem (mount namespace; everything else on the host does not exist inside):\n")

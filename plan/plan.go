@@ -176,8 +176,11 @@ type Plan struct {
 	Credentials []string `json:"credentials,omitempty"`
 	// Rootfs is the environment (the policy's rootfs): the folder whose
 	// system base and tools are bound in place of the host's; "" for the
-	// host's own.
-	Rootfs string `json:"rootfs,omitempty"`
+	// host's own. For an image it is where the image was unpacked, and
+	// RootfsImage is the image (the policy's rootfs) with its digest,
+	// IMAGE@sha256:....
+	Rootfs      string `json:"rootfs,omitempty"`
+	RootfsImage string `json:"rootfs_image,omitempty"`
 	// RequireLandlock is false only when the policy accepts the downgrade.
 	RequireLandlock bool `json:"require_landlock"`
 	// ProcFallback lets the init bind the /proc it sees (a container's)
@@ -269,6 +272,10 @@ type Request struct {
 	// Session compiles a long-lived sandbox with no command: each exec
 	// names an allowed tool. Argv must be empty.
 	Session bool
+	// Rootfs is the folder the environment is bound from when the
+	// policy's rootfs is an image: where it was unpacked, with
+	// RootfsDigest its digest. Empty means the policy's rootfs as it is.
+	Rootfs, RootfsDigest string
 }
 
 // ErrBadRequest wraps problems with the request (not the policy).
@@ -289,6 +296,12 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	lim := p.Budget()
 
 	pl.Rootfs = p.Rootfs()
+	if req.Rootfs != "" {
+		if pl.Rootfs == "" {
+			return nil, fmt.Errorf("%w: an unpacked environment for a policy without rootfs", ErrBadRequest)
+		}
+		pl.Rootfs, pl.RootfsImage = req.Rootfs, p.Rootfs()+"@"+req.RootfsDigest
+	}
 	base, err := systemBase(h, pl.Rootfs)
 	if err != nil {
 		return nil, err

@@ -37,6 +37,12 @@ type Config struct {
 	// call Init first in main. Empty means /proc/self/exe.
 	Executable string
 
+	// ImageCache is where a policy's rootfs that is an image (an OCI
+	// layout, or an OCI or Docker archive) is unpacked, once per image
+	// digest. Empty means airlock/images in the user's cache folder
+	// (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache).
+	ImageCache string
+
 	// FSAudit reports filesystem denials in the Report, read from the
 	// kernel's Landlock audit records (root, Linux 6.15+). It turns the
 	// host's audit subsystem on while runs are active if it was off, which

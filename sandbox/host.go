@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/plan"
 )
 
@@ -20,11 +21,45 @@ func (c *Cmd) Plan() (*plan.Plan, error) {
 	if c.Policy == nil {
 		return nil, errNoPolicy
 	}
-	h, err := newHostFS(c.Policy.Rootfs())
+	req := plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted}
+	h, err := c.Config.environment(&req)
 	if err != nil {
 		return nil, err
 	}
-	return plan.Compile(c.Policy, plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted}, h)
+	return plan.Compile(c.Policy, req, h)
+}
+
+// environment resolves the policy's rootfs for req: a folder as it is, or
+// an image unpacked (once, cached by its digest) below Config.ImageCache,
+// and returns the hostFS that looks tools up in it.
+func (cfg Config) environment(req *plan.Request) (*hostFS, error) {
+	root := cfg.Policy.Rootfs()
+	if root == "" || !image.IsImage(root) {
+		return newHostFS(root)
+	}
+	cache := cfg.ImageCache
+	if cache == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			return nil, fmt.Errorf("rootfs %s is an image and there is no cache folder to unpack it in (%v): set Config.ImageCache, or XDG_CACHE_HOME", root, err)
+		}
+		cache = filepath.Join(dir, "airlock", "images")
+	}
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		return nil, fmt.Errorf("image cache %s: %w", cache, err)
+	}
+	// The cache's own path may go through symlinks ($HOME); what is
+	// checked below is the unpacked root's real path.
+	cache, err := filepath.EvalSymlinks(cache)
+	if err != nil {
+		return nil, fmt.Errorf("image cache: %w", err)
+	}
+	u, err := image.Unpack(root, cache)
+	if err != nil {
+		return nil, fmt.Errorf("rootfs: %w", err)
+	}
+	req.Rootfs, req.RootfsDigest = u.Dir, u.Digest
+	return newHostFS(u.Dir)
 }
 
 var errNoPolicy = errors.New("sandbox: Config.Policy is nil: build one with policy.Parse, policy.New or policy.Default")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -101,7 +102,8 @@ func (b *box) openStageAndLimits(backend string) error {
 		b.stage.close()
 		return err
 	}
-	b.enf.Backend, b.enf.Rootfs = backend, b.pl.Rootfs
+	b.enf.Backend = backend
+	b.noteEnvironment()
 	for _, d := range b.lim.downgrades {
 		b.downgraded(policy.Downgrade(d))
 	}
@@ -368,5 +370,14 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			return c, nil
 		}
 		c.Close()
+	}
+}
+
+// noteEnvironment records the environment in the report: the policy's
+// rootfs and, for an image, its digest.
+func (b *box) noteEnvironment() {
+	b.enf.Rootfs = b.cfg.Policy.Rootfs()
+	if _, d, ok := strings.Cut(b.pl.RootfsImage, "@"); ok {
+		b.enf.RootfsDigest = d
 	}
 }

@@ -199,7 +199,8 @@ func (l *ociLaunch) start() (*control, error) {
 	if err := os.Chmod(l.tmp, 0o711); err != nil { // the runtime's user namespace must reach the bundle
 		return nil, err
 	}
-	b.enf.Backend, b.enf.Rootfs = "oci/"+l.rt.name, b.pl.Rootfs
+	b.enf.Backend = "oci/" + l.rt.name
+	b.noteEnvironment()
 	b.enf.Namespaces, b.enf.Seccomp = true, true
 	b.enf.Cgroup = "runtime:" + l.rt.name
 	if l.rt.sentry {

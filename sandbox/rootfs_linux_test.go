@@ -1,8 +1,17 @@
 package sandbox_test
 
 import (
+	"archive/tar"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -152,5 +161,149 @@ func TestEnvironmentOnEveryBackend(t *testing.T) {
 	}
 	if !strings.Contains(msg, "rootfs") || !strings.Contains(msg, root) || !strings.Contains(msg, "nothing was started") {
 		t.Errorf("isolation landlock with a rootfs: %q, want a refusal naming the environment", msg)
+	}
+}
+
+// ociLayoutOf writes an OCI image layout holding dir as one uncompressed
+// layer, as `podman save --format oci-dir` of an imported root would.
+func ociLayoutOf(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	blobs := filepath.Join(out, "blobs", "sha256")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := os.CreateTemp(blobs, "layer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(layer, h))
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil // a folder this user cannot read (rootless: ROOT/root): left out
+		}
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return nil // sockets and the like: not in an image
+		}
+		var f *os.File
+		if fi.Mode().IsRegular() {
+			if f, err = os.Open(p); errors.Is(err, fs.ErrPermission) {
+				return nil // unreadable by this user (rootless: ROOT/etc/shadow): left out
+			} else if err != nil {
+				return err
+			}
+		}
+		hdr.Name = rel
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			_, err = io.Copy(tw, f)
+			f.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	size, _ := layer.Seek(0, io.SeekCurrent)
+	layer.Close()
+	ld := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if err := os.Rename(layer.Name(), filepath.Join(blobs, ld[7:])); err != nil {
+		t.Fatal(err)
+	}
+	put := func(v any) (string, int) {
+		b, _ := json.Marshal(v)
+		s := sha256.Sum256(b)
+		d := "sha256:" + hex.EncodeToString(s[:])
+		if err := os.WriteFile(filepath.Join(blobs, d[7:]), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return d, len(b)
+	}
+	cd, cs := put(map[string]any{"os": "linux", "architecture": runtime.GOARCH, "rootfs": map[string]any{"type": "layers", "diff_ids": []string{ld}}})
+	md, ms := put(map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+		"config": map[string]any{"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cs},
+		"layers": []map[string]any{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": size}}})
+	idx, _ := json.Marshal(map[string]any{"schemaVersion": 2, "manifests": []map[string]any{{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": ms}}})
+	if err := os.WriteFile(filepath.Join(out, "index.json"), idx, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "oci-layout"), []byte(`{"imageLayoutVersion":"1.0.0"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestEnvironmentFromImage: the same Debian root as an OCI image layout
+// is an environment too: unpacked once into the image cache (checked
+// against its digests), the tool only it has runs, the host's secrets
+// stay absent, the report names the image and its digest, and a second
+// run uses the cache.
+func TestEnvironmentFromImage(t *testing.T) {
+	requireSandbox(t)
+	root := testRootfs(t)
+	src := ociLayoutOf(t, root)
+	cache := t.TempDir()
+	p, err := policy.New(policy.Spec{Rootfs: src, AllowedTools: []string{"tree", "sh", "cat"}, AllowDowngrade: airtest.RootlessDowngrades()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runIt := func(argv ...string) *sandbox.Report {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, ImageCache: cache}, Args: argv}).Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	rep := runIt("tree", "--version")
+	if rep.ExitCode != 0 || !strings.Contains(rep.Stdout, "tree v") {
+		t.Fatalf("tree from the image: exit %d %q %q", rep.ExitCode, rep.Stdout, rep.Error)
+	}
+	if rep.Enforcement.Rootfs != src || !strings.HasPrefix(rep.Enforcement.RootfsDigest, "sha256:") {
+		t.Errorf("enforcement rootfs %q digest %q, want the image and its digest", rep.Enforcement.Rootfs, rep.Enforcement.RootfsDigest)
+	}
+	unpacked := filepath.Join(cache, strings.TrimPrefix(rep.Enforcement.RootfsDigest, "sha256:"))
+	if _, err := os.Stat(unpacked + "/usr/bin/tree"); err != nil {
+		t.Errorf("the image was not unpacked at %s: %v", unpacked, err)
+	}
+	rep = runIt("sh", "-c", "cat /etc/shadow /root/.bashrc 2>&1; test -e /usr/bin/jq && echo host-jq; true")
+	if strings.Contains(rep.Stdout, "host-jq") || strings.Contains(rep.Stdout, "root:") {
+		t.Errorf("host files visible in the image's environment: %q", rep.Stdout)
+	}
+	before, _ := os.Stat(unpacked)
+	rep = runIt("tree", "--version")
+	after, _ := os.Stat(unpacked)
+	if rep.ExitCode != 0 || !os.SameFile(before, after) || !before.ModTime().Equal(after.ModTime()) {
+		t.Errorf("second run: exit %d; the cache was not reused", rep.ExitCode)
 	}
 }

@@ -42,11 +42,12 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.Policy == nil {
 		return nil, errNoPolicy
 	}
-	h, err := newHostFS(cfg.Policy.Rootfs())
+	req := plan.Request{Session: true}
+	h, err := cfg.environment(&req)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	pl, err := plan.Compile(cfg.Policy, plan.Request{Session: true}, h)
+	pl, err := plan.Compile(cfg.Policy, req, h)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
