@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/guard"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
@@ -357,7 +358,7 @@ func TestRunExecErrors(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"session-ended", fmt.Errorf("%w: deadline", api.ErrSessionClosed), "the sandbox session has ended"},
+		{"session-ended", fmt.Errorf("%w: deadline", api.ErrSessionClosed), "the session has ended"},
 		{"internal", errors.New("clone: /secret/host/path: EPERM"), "internal error in airlock"},
 		{"budget", &budget.ExhaustedError{Limit: budget.MaxOps}, "denied exec sh (max_ops): max_ops exhausted"},
 	}
@@ -406,4 +407,31 @@ func TestMaxSessions(t *testing.T) {
 	if res := call(t, b, ToolListFiles, map[string]any{"path": "/"}, nil); strings.Contains(text(res), "too many") {
 		t.Fatalf("after the first left, second session still refused: %s", text(res))
 	}
+}
+
+// TestSessionEndedIsStructured: once the sandbox session has ended, every
+// tool answers the same way: a structured budget denial naming why it
+// ended (session_lifetime, or session_closed when nothing says more) with
+// the hint to start a new MCP session (before: run answered with text
+// only, and the file tools with a budget denial that had no hint).
+func TestSessionEndedIsStructured(t *testing.T) {
+	ws := t.TempDir()
+	p := mustPolicy(t, policy.Spec{FSWrite: []string{ws}, AllowedTools: []string{"sh"}})
+	fk := &fakes{err: fmt.Errorf("%w: closed", api.ErrSessionClosed)}
+	cs, _ := connect(t, newServer(t, Config{Policy: p}, fk.new))
+	check := func(tool string, args map[string]any, rule string) {
+		t.Helper()
+		var out struct {
+			Denied *api.Denial `json:"denied"`
+		}
+		res := call(t, cs, tool, args, &out)
+		if !res.IsError || out.Denied == nil || out.Denied.Layer != audit.LayerBudget || out.Denied.Rule != rule || !strings.Contains(out.Denied.Hint, "new MCP session") {
+			t.Errorf("%s after the session ended: isError %v, denied %+v, text %q; want a budget denial %s with the hint", tool, res.IsError, out.Denied, text(res), rule)
+		}
+	}
+	check(ToolRun, map[string]any{"command": []string{"sh"}}, string(budget.SessionClosed))
+	fk.all()[0].g.Meter().Halt(budget.SessionLifetime)
+	check(ToolRun, map[string]any{"command": []string{"sh"}}, string(budget.SessionLifetime))
+	check(ToolReadFile, map[string]any{"path": "x"}, string(budget.SessionLifetime))
+	check(ToolWriteFile, map[string]any{"path": "x", "content": "y"}, string(budget.SessionLifetime))
 }

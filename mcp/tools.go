@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/denial"
 	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
 // addTools registers the tools, with descriptions derived from the policy.
@@ -179,6 +180,13 @@ func (s *Server) run(ctx context.Context, req *sdk.CallToolRequest, in RunInput)
 	if err != nil {
 		if r, ok := denial.Of(err, "exec", pl.argv[0], s.cfg.Policy); ok {
 			return s.runDenied(r)
+		}
+		if errors.Is(err, api.ErrSessionClosed) {
+			why := sess.Guard().Meter().HaltedBy()
+			if why == "" {
+				why = budget.SessionClosed
+			}
+			return s.runDenied(denial.SessionEnded("exec", pl.argv[0], why))
 		}
 		return nil, RunOutput{}, s.public("run", err)
 	}

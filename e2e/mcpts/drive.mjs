@@ -379,14 +379,20 @@ async function checkLifetime(scope, client) {
     const r = await client.callTool({ name: 'run', arguments: { command: ['cat', 'marker.txt'] } });
     const text = r.content?.[0]?.text ?? '';
     assert.equal(r.isError, true, `run after the lifetime: ${short(r)}`);
-    assert.match(text, /the sandbox session has ended/, 'the text');
-    assert.equal(r.structuredContent?.stdout, undefined, 'the run produced output after the lifetime');
+    assert.match(text, /the session has ended/, 'the text');
+    const d = r.structuredContent?.denied;
+    assert.equal(d?.layer, 'budget', `structured denial: ${short(r)}`);
+    assert.equal(d?.rule, 'session_lifetime', 'the denial names why the session ended');
+    assert.match(d?.hint ?? '', /new MCP session/, 'the hint says what to do');
+    assert.ok(!r.structuredContent?.stdout, 'the run produced output after the lifetime');
     return `isError=${r.isError} text=${JSON.stringify(text)} structuredContent=${JSON.stringify(r.structuredContent ?? null)}`;
   });
   await check(scope, '(d) after its lifetime read_file is refused', async () => {
     const r = await client.callTool({ name: 'read_file', arguments: { path: 'marker.txt' } });
     assert.equal(r.isError, true, `read_file after the lifetime: ${short(r)}`);
     assert.equal(r.structuredContent?.content, undefined, 'read_file returned the content after the lifetime');
+    assert.equal(r.structuredContent?.denied?.rule, 'session_lifetime', `the same structured denial as run: ${short(r)}`);
+    assert.match(r.structuredContent?.denied?.hint ?? '', /new MCP session/, 'the hint says what to do');
     return `isError=${r.isError} text=${JSON.stringify(r.content?.[0]?.text)} structuredContent=${JSON.stringify(r.structuredContent ?? null)}`;
   });
   await check(scope, '(d) after its lifetime session_info says the session is over', async () => {

@@ -61,9 +61,27 @@ func Of(err error, op, target string, p *policy.Policy) (r Refusal, ok bool) {
 	if errors.As(err, &ee) {
 		rule := string(ee.Limit)
 		d := api.Denial{Layer: audit.LayerBudget, Op: op, Target: target, Rule: rule, Message: rule + " exhausted"}
+		if ee.Limit == budget.SessionLifetime || ee.Limit == budget.SessionClosed {
+			return SessionEnded(op, target, ee.Limit), true
+		}
 		return Refusal{Denial: d, Fix: p.SuggestBudget(ee.Limit)}, true
 	}
 	return Refusal{}, false
+}
+
+// SessionEnded is the refusal of any operation on a session that has
+// ended, because of why (session_lifetime, session_closed, or the budget
+// that halted it): the same for every tool, with what to do next.
+func SessionEnded(op, target string, why budget.Limit) Refusal {
+	msg := "the session has ended (" + string(why) + ")"
+	switch why {
+	case budget.SessionLifetime:
+		msg = "the session has ended: its lifetime ran out (extend it before its deadline next time)"
+	case budget.SessionClosed:
+		msg = "the session has ended: it was closed"
+	}
+	return Refusal{Denial: api.Denial{Layer: audit.LayerBudget, Op: op, Target: target, Rule: string(why), Message: msg,
+		Hint: "start a new MCP session, or create a new session over the HTTP API, for a fresh sandbox"}}
 }
 
 // Layer is the enforcement layer that refuses what c does not grant: fs
