@@ -75,7 +75,10 @@ type Config struct {
 // Server is an MCP server whose tools act inside airlock sandboxes. It is
 // safe for concurrent use; use New.
 type Server struct {
-	cfg   Config
+	cfg Config
+	// view is the policy as the sandbox sees it (placed grants at their
+	// places): what the agent is told and the paths its tools take.
+	view  *policy.Policy
 	log   *slog.Logger
 	sink  audit.Sink
 	clock budget.Clock
@@ -144,8 +147,9 @@ func New(cfg Config) (*Server, error) {
 		s.clock = budget.SystemClock{}
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
+	s.view = cfg.Policy.View()
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock sandbox", Version: cfg.Version}, &sdk.ServerOptions{
-		Instructions: instructions(cfg.Policy),
+		Instructions: instructions(s.view),
 		Logger:       s.log,
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
 	})

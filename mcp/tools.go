@@ -25,7 +25,7 @@ import (
 
 // addTools registers the tools, with descriptions derived from the policy.
 func (s *Server) addTools() {
-	p := s.cfg.Policy
+	p := s.view
 	yes, no := true, false
 	// The hints are for the client's confirmation prompts; the sandbox,
 	// not the hint, is what bounds each tool. run and write_file change
@@ -344,7 +344,7 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in Lis
 }
 
 func (s *Server) sessionInfo(ctx context.Context, req *sdk.CallToolRequest, _ SessionInfoInput) (*sdk.CallToolResult, SessionInfoOutput, error) {
-	out, err := grants(s.cfg.Policy)
+	out, err := grants(s.view)
 	if err != nil {
 		return nil, SessionInfoOutput{}, s.public("session_info", err)
 	}
@@ -369,7 +369,7 @@ func (s *Server) sessionInfo(ctx context.Context, req *sdk.CallToolRequest, _ Se
 			md := info.MaxDeadline
 			out.MaxDeadline = &md
 		}
-	} else if ws := s.cfg.Policy.FSWrite(); len(ws) > 0 {
+	} else if ws := s.view.FSWrite(); len(ws) > 0 {
 		out.Workspace = ws[0]
 	}
 	return nil, out, nil

@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,8 +50,8 @@ func (p *Policy) MarshalJSON() ([]byte, error) {
 	l := p.limits
 	f := fileJSON{
 		Version:      Version,
-		FSRead:       p.fsRead,
-		FSWrite:      p.fsWrite,
+		FSRead:       p.written(p.fsRead),
+		FSWrite:      p.written(p.fsWrite),
 		FSDeny:       p.fsDeny,
 		FSProtect:    p.fsProtect,
 		FSUnprotect:  p.fsUnprotect,
@@ -120,7 +121,8 @@ func Equal(a, b *Policy) bool {
 		slices.Equal(a.credentials, b.credentials) &&
 		a.limits == b.limits &&
 		slices.Equal(a.downgrades, b.downgrades) &&
-		a.rootfs == b.rootfs
+		a.rootfs == b.rootfs &&
+		maps.Equal(a.placed, b.placed)
 }
 
 // Summary describes p in one line: how many entries each grant has, then

@@ -63,8 +63,9 @@ type Policy struct {
 	env         []EnvVar
 	limits      budget.Limits // all fields set
 	downgrades  []Downgrade
-	explicit    limitSet // budgets the file, Spec or a flag set; With may lower them, never raise
-	rootfs      string   // the environment's root filesystem; "" is the host's
+	explicit    limitSet          // budgets the file, Spec or a flag set; With may lower them, never raise
+	rootfs      string            // the environment's root filesystem; "" is the host's
+	placed      map[string]string // grant host path -> where it appears inside; only placed grants
 }
 
 // EnvVar is one env grant: Name passed through from the caller's

@@ -3,6 +3,7 @@ package policy
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,15 +83,16 @@ func validate(d draft, base *Policy) (*Policy, []*ParseError) {
 		d.baseDir = ""
 	}
 	for _, it := range d.fsRead {
-		if c, ok := v.path(it); ok {
+		if c, ok := v.grant(p, it); ok {
 			p.fsRead = append(p.fsRead, c)
 		}
 	}
 	for _, it := range d.fsWrite {
-		if c, ok := v.path(it); ok {
+		if c, ok := v.grant(p, it); ok {
 			p.fsWrite = append(p.fsWrite, c)
 		}
 	}
+	v.placements(p)
 	// Narrowing entries are checked against the grants once all are known.
 	deny := v.paths(d.fsDeny)
 	protect := v.paths(d.fsProtect)
@@ -459,6 +461,7 @@ func (p *Policy) clone() *Policy {
 	c.tools = slices.Clone(p.tools)
 	c.env = slices.Clone(p.env)
 	c.downgrades = slices.Clone(p.downgrades)
+	c.placed = maps.Clone(p.placed)
 	return &c
 }
 

@@ -64,6 +64,7 @@ type backend interface {
 type box struct {
 	id    string // the run's or session's id, on every audit event
 	cfg   Config
+	view  *policy.Policy // cfg.Policy as the sandbox sees it: placed grants at their places
 	pl    *plan.Plan
 	meter *budget.Meter // the sandbox's own: max_ops, and max_wall from its start
 	rec   audit.DenialLog
@@ -116,7 +117,7 @@ type final struct {
 // close is called, at its deadline, or when ctx ends.
 func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box, error) {
 	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), extended: make(chan struct{}, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
-		pending: map[string]chan nsinit.Message{}}
+		pending: map[string]chan nsinit.Message{}, view: cfg.Policy.View()}
 	b.id = newID()
 	b.log = cfg.Logger
 	if b.log == nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/policy"
 )
 
 // Plan compiles the plan this Cmd would run, without running anything.
@@ -21,12 +22,48 @@ func (c *Cmd) Plan() (*plan.Plan, error) {
 	if c.Policy == nil {
 		return nil, errNoPolicy
 	}
-	req := plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted}
-	h, err := c.Config.environment(&req)
+	return c.Config.compile(plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted})
+}
+
+// compile compiles req under the policy as the sandbox sees it (its view:
+// placed grants at their places), in the policy's environment, and then
+// points every grant's mount at its host path.
+func (cfg Config) compile(req plan.Request) (*plan.Plan, error) {
+	h, err := cfg.environment(&req)
 	if err != nil {
 		return nil, err
 	}
-	return plan.Compile(c.Policy, req, h)
+	p := cfg.Policy
+	if !p.Placed() {
+		return plan.Compile(p, req, h)
+	}
+	pl, err := plan.Compile(p.View(), req, placedHost{h, p})
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range pl.Mounts {
+		if m.Origin != plan.OriginFSRead && m.Origin != plan.OriginFSWrite || m.Source == "" {
+			continue
+		}
+		if host, ok := p.HostOf(m.Source); ok {
+			pl.Mounts[i].Source = host
+		}
+	}
+	return pl, nil
+}
+
+// placedHost answers Compile's questions about the view's paths: a path at
+// a placed grant's place is asked of the host path it stands for.
+type placedHost struct {
+	*hostFS
+	p *policy.Policy
+}
+
+func (h placedHost) Lstat(path string) (exists, dir bool, link string, err error) {
+	if host, ok := h.p.HostOf(path); ok {
+		path = host
+	}
+	return h.hostFS.Lstat(path)
 }
 
 // environment resolves the policy's rootfs for req: a folder as it is, or

@@ -42,12 +42,7 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.Policy == nil {
 		return nil, errNoPolicy
 	}
-	req := plan.Request{Session: true}
-	h, err := cfg.environment(&req)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: %w", err)
-	}
-	pl, err := plan.Compile(cfg.Policy, req, h)
+	pl, err := cfg.compile(plan.Request{Session: true})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
@@ -64,15 +59,16 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	// The file API resolves beneath the grant roots as the sandbox sees
 	// them (opened by the init before it ran anything): what the sandbox
 	// does to the paths above a grant cannot change what the grant means.
+	// The guard speaks the sandbox's paths: placed grants at their places.
 	workspace := "/"
-	if w := cfg.Policy.FSWrite(); len(w) > 0 {
+	if w := b.view.FSWrite(); len(w) > 0 {
 		workspace = w[0]
 	}
 	// The file API's denials are answered to its caller (a 403, a tool
 	// error) and audited; they are not the command's, so they stay out of
 	// the session's recorder, which fills the next exec's report.
 	fileSink := runSink{run: b.id, next: audit.Tee{cfg.Audit}}
-	gc := guard.Config{Policy: cfg.Policy, Clock: cfg.Clock, Meter: b.meter, Audit: fileSink, Cwd: workspace, Roots: b.stage.rootFDs()}
+	gc := guard.Config{Policy: b.view, Clock: cfg.Clock, Meter: b.meter, Audit: fileSink, Cwd: workspace, Roots: b.stage.rootFDs()}
 	if b.sandboxID != 0 {
 		gc.As = asSandbox(b.sandboxID)
 	}
@@ -164,10 +160,10 @@ func (s *Session) exec(ctx context.Context, req ExecRequest) *Report {
 		if !strings.HasPrefix(cwd, "/") {
 			return refuse(125, fmt.Errorf("exec dir %q: use an absolute path inside the sandbox", cwd))
 		}
-		if cwd, err = plan.Workdir(b.cfg.Policy, cwd); err != nil {
+		if cwd, err = plan.Workdir(b.view, cwd); err != nil {
 			return refuse(125, err)
 		}
-		if b.pl.NoNamespaces && !b.cfg.Policy.CanRead(cwd) {
+		if b.pl.NoNamespaces && !b.view.CanRead(cwd) {
 			cwd = plan.InScratch(cwd, b.pl.Scratch) // /tmp is the scratch folder there
 		}
 	}
@@ -232,7 +228,7 @@ func (s *Session) Info() SessionInfo {
 	b.mu.Unlock()
 	_, maxLifetime := b.cfg.sessionLifetimes()
 	info := SessionInfo{ID: s.id, Created: s.created, Deadline: b.meter.Deadline(), MaxDeadline: s.created.Add(maxLifetime), ExecWall: b.pl.Limits.Wall.String(), Execs: execs}
-	if w := b.cfg.Policy.FSWrite(); len(w) > 0 {
+	if w := b.view.FSWrite(); len(w) > 0 {
 		info.Workspace = w[0]
 	}
 	info.Usage.Ops, info.Usage.OutputBytes = b.meter.Usage()

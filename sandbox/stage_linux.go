@@ -134,7 +134,9 @@ func (st *staging) writeBack(b *box) *writeback.Result {
 	st.done = true
 	stageFD := st.stageFD
 	st.mu.Unlock()
-	p := b.cfg.Policy
+	// The copy back walks host paths; the plan's protections and mount
+	// targets are the sandbox's paths (placed grants at their places).
+	p, view := b.cfg.Policy, b.view
 	protected := map[string]string{}
 	for _, pr := range st.pl.Protected {
 		protected[pr] = "protected (the target of a protected path's symlink)"
@@ -142,18 +144,23 @@ func (st *staging) writeBack(b *box) *writeback.Result {
 	var pins []string
 	for _, m := range st.pl.Mounts {
 		if m.Grant() || m.Kind == plan.KindReadonly || m.Kind == plan.KindHide {
-			pins = append(pins, m.Target)
+			pin := m.Target
+			if host, ok := p.HostOf(pin); ok {
+				pin = host
+			}
+			pins = append(pins, pin)
 		}
 	}
 	res := writeback.WriteBack(writeback.Config{
 		StageFD: stageFD,
 		Grants:  st.grants,
 		Refuse: func(path string) string {
-			if why := p.WriteBackRefusal(path); why != "" {
+			inside := p.Inside(path)
+			if why := view.WriteBackRefusal(inside); why != "" {
 				return why
 			}
 			for pr, why := range protected {
-				if pathspec.Within(pr, path) {
+				if pathspec.Within(pr, inside) {
 					return why
 				}
 			}

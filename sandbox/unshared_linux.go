@@ -56,6 +56,9 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if err := checkInit(b.cfg.Executable); err != nil {
 		return nil, err
 	}
+	if b.cfg.Policy.Placed() {
+		return nil, errors.New("a grant placed inside (HOST:INSIDE) needs a mount namespace to appear at its place, and the landlock backend has none (nothing was started): run where user namespaces can be created, or grant the host path as it is")
+	}
 	if root := b.cfg.Policy.Rootfs(); root != "" {
 		return nil, fmt.Errorf("the environment %s (rootfs) needs a mount namespace to stand in for the host's system folders, and the landlock backend has none (nothing was started): run where user namespaces can be created, or drop the rootfs", root)
 	}

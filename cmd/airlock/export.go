@@ -106,6 +106,9 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		// one to add the credential, so its requests go without it.
 		fmt.Fprintf(stderr, "airlock export %s: warning: the policy's %d credentials are not exported: the exported proxy adds none, so requests to %s go without them\n", target, len(cs), cs[0].Host)
 	}
+	if p.Placed() && target == "k8s" {
+		return fail(fmt.Errorf("a grant placed inside (HOST:INSIDE) is not exported to Kubernetes yet: the pod's volumes are mounted at each grant's path; grant the paths as they are"))
+	}
 	if root := p.Rootfs(); root != "" && target == "k8s" {
 		return fail(fmt.Errorf("the environment %s (rootfs) is a folder on this machine, and a pod runs its image: build --image from that root filesystem (e.g. tar -C %s -c . | podman import - IMAGE) and export without rootfs", root, root))
 	}
