@@ -307,3 +307,23 @@ func TestEnvironmentFromImage(t *testing.T) {
 		t.Errorf("second run: exit %d; the cache was not reused", rep.ExitCode)
 	}
 }
+
+// TestAttacksInEnvironment: the filesystem attack tests again, with the
+// sandbox in the Debian environment: the host's secrets, its other users'
+// homes, a sibling of a grant, .., /proc's roots, symlinks and hard links,
+// grants through symlinks, and writes outside the grants stay out of
+// reach when the system base is the environment's.
+func TestAttacksInEnvironment(t *testing.T) {
+	requireSandbox(t)
+	root := testRootfs(t)
+	if _, err := os.Stat(root + "/usr/bin/python3"); err != nil {
+		airtest.SkipOrFail(t, "the environment %s has no python3, which the attack tests run: rebuild it with .ci/rootfs", root)
+	}
+	specVariant = func(s *policy.Spec) { s.Rootfs = root }
+	defer func() { specVariant = nil }()
+	t.Run("FilesystemReads", TestAttackFilesystemReads)
+	t.Run("HomeCredentialsViaEnv", TestAttackHomeCredentialsViaEnv)
+	t.Run("SymlinkAndHardlink", TestAttackSymlinkAndHardlink)
+	t.Run("GrantThroughSymlinkRefused", TestAttackGrantThroughSymlinkRefused)
+	t.Run("WritesAndMounts", TestAttackWritesAndMounts)
+}

@@ -25,10 +25,18 @@ func requireSandbox(t *testing.T) {
 	airtest.RequireLandlockABI(t, 4)
 }
 
+// specVariant, when set, changes every spec run gives a sandbox: the
+// attack tests run again in an environment (TestAttacksInEnvironment).
+// Tests that set it do not run in parallel.
+var specVariant func(*policy.Spec)
+
 // run runs argv under spec with an outer deadline, so a failure of airlock
 // cannot hang the test run.
 func run(t *testing.T, spec policy.Spec, argv ...string) *sandbox.Report {
 	t.Helper()
+	if specVariant != nil {
+		specVariant(&spec)
+	}
 	if spec.Budget.Wall == 0 {
 		spec.Budget.Wall = 20 * time.Second
 	}
