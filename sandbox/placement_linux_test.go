@@ -163,3 +163,26 @@ true`
 		}
 	})
 }
+
+// TestAttacksWithPlacedGrants: the filesystem attack tests again, with
+// every grant placed below /placed instead of at its host path: what the
+// attacks name by host path (a sibling, .., a symlink's absolute target,
+// /proc's roots) is nowhere inside, and the grants through symlinks are
+// still refused.
+func TestAttacksWithPlacedGrants(t *testing.T) {
+	requireSandbox(t)
+	specVariant = func(s *policy.Spec) {
+		for _, l := range []*[]string{&s.FSRead, &s.FSWrite} {
+			for i, g := range *l {
+				if !strings.Contains(g, ":/") {
+					(*l)[i] = g + ":/placed" + g
+				}
+			}
+		}
+	}
+	defer func() { specVariant = nil }()
+	t.Run("FilesystemReads", TestAttackFilesystemReads)
+	t.Run("SymlinkAndHardlink", TestAttackSymlinkAndHardlink)
+	t.Run("GrantThroughSymlinkRefused", TestAttackGrantThroughSymlinkRefused)
+	t.Run("WritesAndMounts", TestAttackWritesAndMounts)
+}
