@@ -96,6 +96,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "`FORMAT` of the log on stderr: text, or json (one object a line, with the run id of each sandbox's records)")
 	auditFile := fs.String("audit", "", "append audit events (JSON lines) to `FILE`")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
+	var downgrades commaListFlag
+	fs.Var(&downgrades, "allow-downgrade", "accept, for every session, running without `LAYER` where this host lacks it (max_memory, max_pids, ...; repeatable or comma-separated): the operator's choice, beyond any ceiling; each report says what ran without")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -143,6 +145,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if len(downgrades) > 0 {
+		if _, err := policy.Default().With(policy.Overrides{AllowDowngrade: downgrades}, ""); err != nil {
+			return fail("%v", err)
+		}
+	}
 	ceilings := map[string]*policy.Policy{}
 	var ceiling *policy.Policy
 	if *ceilingFile != "" {
@@ -204,7 +211,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	srv, err := server.New(server.Config{
 		Metrics: metrics,
 		NewSession: serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns, AgentAdvice: *agentAdvice,
-			SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime}),
+			SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime}, downgrades),
 		Tokens:         tokens,
 		InsecureNoAuth: *noAuth,
 		PolicyDir:      dir,
@@ -360,9 +367,17 @@ func btoi(b bool) int {
 
 // serveNewSession starts real sandbox sessions for the server, with base's
 // settings and the session's policy.
-func serveNewSession(base sandbox.Config) server.NewSessionFunc {
+func serveNewSession(base sandbox.Config, downgrades []string) server.NewSessionFunc {
 	return func(ctx context.Context, p *policy.Policy) (server.Session, error) {
 		cfg := base
+		if len(downgrades) > 0 {
+			// Checked at start (serve refuses bad names), so With cannot fail
+			// on them; the session's own grants are unchanged.
+			var err error
+			if p, err = p.With(policy.Overrides{AllowDowngrade: downgrades}, ""); err != nil {
+				return nil, err
+			}
+		}
 		cfg.Policy = p
 		s, err := sandbox.NewSession(ctx, cfg)
 		if err != nil {
