@@ -213,6 +213,20 @@ func runeProblem(r rune) string {
 
 // path canonicalizes one fs_read or fs_write entry.
 func (v *validator) path(it item) (string, bool) {
+	c, ok := v.abs(it)
+	if !ok {
+		return "", false
+	}
+	if msg := hostPathProblem(c); msg != "" {
+		v.itemf(it, "%s", msg)
+		return "", false
+	}
+	return c, true
+}
+
+// abs canonicalizes one path entry: absolute, or relative to the base
+// folder; ~ is refused, never expanded.
+func (v *validator) abs(it item) (string, bool) {
 	if !v.str(it) {
 		return "", false
 	}
@@ -233,10 +247,6 @@ func (v *validator) path(it item) (string, bool) {
 		v.itemf(it, "%v", err)
 		return "", false
 	}
-	if msg := hostPathProblem(c); msg != "" {
-		v.itemf(it, "%s", msg)
-		return "", false
-	}
 	return c, true
 }
 
@@ -245,20 +255,8 @@ func (v *validator) path(it item) (string, bool) {
 // has one (a file under flags) keeps it; naming another is an error.
 func (v *validator) rootfs(p *Policy, items []item) {
 	for _, it := range items {
-		if !v.str(it) {
-			continue
-		}
-		if strings.HasPrefix(it.val, "~") {
-			v.itemf(it, "~ is not expanded: write the absolute path")
-			continue
-		}
-		if !strings.HasPrefix(it.val, "/") && v.d.baseDir == "" {
-			v.itemf(it, "relative path with no base folder: use an absolute path")
-			continue
-		}
-		c, err := pathspec.Abs(v.d.baseDir, it.val)
-		if err != nil {
-			v.itemf(it, "%v", err)
+		c, ok := v.abs(it)
+		if !ok {
 			continue
 		}
 		switch {

@@ -176,19 +176,12 @@ func (h *hostFS) Lstat(path string) (exists, dir bool, link string, err error) {
 // LookTool finds name on plan.SandboxPath (or at its absolute path) and
 // returns where the sandbox sees it and the real file to bind there.
 func (h *hostFS) LookTool(name string) (inside, real string, err error) {
-	if h.root != "" {
-		return h.lookToolIn(name)
+	candidates, err := toolCandidates(name)
+	if err != nil {
+		return "", "", err
 	}
-	var candidates []string
-	if strings.HasPrefix(name, "/") {
-		candidates = []string{filepath.Clean(name)}
-	} else {
-		if strings.Contains(name, "/") {
-			return "", "", fmt.Errorf("tool %q: use a bare name or an absolute path", name)
-		}
-		for _, d := range filepath.SplitList(plan.SandboxPath) {
-			candidates = append(candidates, filepath.Join(d, name))
-		}
+	if h.root != "" {
+		return h.lookToolIn(name, candidates)
 	}
 	for _, c := range candidates {
 		r, err := filepath.EvalSymlinks(c)
@@ -207,6 +200,22 @@ func (h *hostFS) LookTool(name string) (inside, real string, err error) {
 		return filepath.Join(dir, filepath.Base(c)), r, nil
 	}
 	return "", "", fmt.Errorf("%w: %q is not an executable file on %s", ErrNotFound, name, plan.SandboxPath)
+}
+
+// toolCandidates returns where a tool name may be: its absolute path, or
+// each folder of plan.SandboxPath for a bare name.
+func toolCandidates(name string) ([]string, error) {
+	if strings.HasPrefix(name, "/") {
+		return []string{filepath.Clean(name)}, nil
+	}
+	if strings.Contains(name, "/") {
+		return nil, fmt.Errorf("tool %q: use a bare name or an absolute path", name)
+	}
+	var out []string
+	for _, d := range filepath.SplitList(plan.SandboxPath) {
+		out = append(out, filepath.Join(d, name))
+	}
+	return out, nil
 }
 
 // ErrNotFound is wrapped when the command or a tool does not exist (exit 127).
@@ -259,18 +268,7 @@ func (h *hostFS) Env(name string) (string, bool) {
 // candidates are inside paths, each resolved with every symlink taken
 // relative to the root (an absolute link leads to ROOT/..., and .. stops
 // at the root), so nothing outside the root is ever bound.
-func (h *hostFS) lookToolIn(name string) (inside, real string, err error) {
-	var candidates []string
-	switch {
-	case strings.HasPrefix(name, "/"):
-		candidates = []string{filepath.Clean(name)}
-	case strings.Contains(name, "/"):
-		return "", "", fmt.Errorf("tool %q: use a bare name or an absolute path", name)
-	default:
-		for _, d := range filepath.SplitList(plan.SandboxPath) {
-			candidates = append(candidates, filepath.Join(d, name))
-		}
-	}
+func (h *hostFS) lookToolIn(name string, candidates []string) (inside, real string, err error) {
 	for _, c := range candidates {
 		r, err := resolveIn(h.root, c)
 		if err != nil {

@@ -106,6 +106,10 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		return x.opaque(path.Clean(dir))
 	}
 	if gone, ok := strings.CutPrefix(base, ".wh."); ok {
+		if gone == "" || gone == "." || gone == ".." {
+			// ".wh.." would remove its own folder, ".wh..." the root.
+			return fmt.Errorf("%s: a whiteout of %q names no entry: the image is refused", name, gone)
+		}
 		return x.remove(path.Join(dir, gone))
 	}
 	if err := x.parents(dir); err != nil {

@@ -251,6 +251,8 @@ func TestUnpackRefusesHostileImages(t *testing.T) {
 		{"hardlink-to-host", [][]entry{{dir("usr/"), hardlink("usr/passwd", "/etc/passwd")}}, nil, "not a file the image made"},
 		{"hardlink-through-symlink", [][]entry{{dir("usr/"), symlink("usr/etc", "/etc"), hardlink("usr/passwd", "usr/etc/passwd")}}, nil, "is a symlink"},
 		{"diff-id-mismatch", [][]entry{{dir("usr/")}, {file("usr/x", "x")}}, tamperLast, "not the"},
+		{"whiteout-of-dotdot", [][]entry{{dir("usr/"), file("usr/keep", "k")}, {file("usr/.wh...", "")}}, nil, "names no entry"},
+		{"whiteout-of-dot", [][]entry{{dir("usr/"), file("usr/keep", "k")}, {file("usr/.wh..", "")}}, nil, "names no entry"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cache := t.TempDir()
