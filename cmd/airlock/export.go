@@ -106,12 +106,6 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		// one to add the credential, so its requests go without it.
 		fmt.Fprintf(stderr, "airlock export %s: warning: the policy's %d credentials are not exported: the exported proxy adds none, so requests to %s go without them\n", target, len(cs), cs[0].Host)
 	}
-	if p.Placed() && target == "k8s" {
-		return fail(fmt.Errorf("a grant placed inside (HOST:INSIDE) is not exported to Kubernetes yet: the pod's volumes are mounted at each grant's path; grant the paths as they are"))
-	}
-	if root := p.Rootfs(); root != "" && target == "k8s" {
-		return fail(fmt.Errorf("the environment %s (rootfs) is a folder on this machine, and a pod runs its image: build --image from that root filesystem (e.g. tar -C %s -c . | podman import - IMAGE) and export without rootfs", root, root))
-	}
 	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: fs.Args(), Dir: pf.cwd, CommandIsGranted: true}
 	pl, err := cmd.Plan()
 	if err != nil {
@@ -188,7 +182,21 @@ func exportK8s(pl *plan.Plan, p *policy.Policy, dir string, o k8s.Options, stdou
 	}
 	fmt.Fprintf(stdout, "wrote %s\nwrote %s\n", filepath.Join(dir, k8s.ManifestFile), filepath.Join(dir, k8s.SeccompDir, filepath.FromSlash(m.SeccompPath)))
 	b := []string{"before kubectl apply -f " + filepath.Join(dir, k8s.ManifestFile) + ", provide what it refers to outside itself:"}
-	for _, l := range m.Outside {
+	outside := m.Outside
+	if pl.Rootfs != "" {
+		// In a Pod the environment is the image: the export checked the
+		// command and the tools at the environment's paths.
+		env := p.Rootfs()
+		if pl.RootfsImage != "" {
+			env = pl.RootfsImage
+		}
+		how := "tar -C " + pl.Rootfs + " -c . | podman import - " + o.Image
+		if pl.RootfsImage != "" {
+			how = "ctr -n k8s.io images import the image archive, tagged " + o.Image
+		}
+		outside = append(outside, "the environment "+env+" (rootfs) as image "+o.Image+": the Pod's root filesystem is its image, so --image must be the environment ("+how+")")
+	}
+	for _, l := range outside {
 		b = append(b, "  "+termtext.Escape(l, termtext.LineMax))
 	}
 	fmt.Fprintln(stdout, strings.Join(b, "\n"))
