@@ -183,7 +183,13 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 // "/") that is missing, and refuses one that is a symlink or not a folder:
 // an entry never lands outside the root through a link an earlier entry
 // made.
-func (x *extractor) parents(dir string) error {
+func (x *extractor) parents(dir string) error { return x.walkParents(dir, true) }
+
+// existingParents checks that every folder of dir exists and is a real
+// folder, making none.
+func (x *extractor) existingParents(dir string) error { return x.walkParents(dir, false) }
+
+func (x *extractor) walkParents(dir string, create bool) error {
 	cur := x.root
 	for _, part := range strings.Split(strings.Trim(dir, "/"), "/") {
 		if part == "" {
@@ -192,7 +198,7 @@ func (x *extractor) parents(dir string) error {
 		cur = filepath.Join(cur, part)
 		fi, err := os.Lstat(cur)
 		switch {
-		case errors.Is(err, fs.ErrNotExist):
+		case errors.Is(err, fs.ErrNotExist) && create:
 			if err := os.Mkdir(cur, 0o755); err != nil {
 				return err
 			}
@@ -232,26 +238,6 @@ func (x *extractor) opaque(dir string) error {
 		}
 		if err := os.RemoveAll(filepath.Join(full, e.Name())); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-// existingParents checks that every folder of dir exists and is a real
-// folder.
-func (x *extractor) existingParents(dir string) error {
-	cur := x.root
-	for _, part := range strings.Split(strings.Trim(dir, "/"), "/") {
-		if part == "" {
-			continue
-		}
-		cur = filepath.Join(cur, part)
-		fi, err := os.Lstat(cur)
-		if err != nil {
-			return err
-		}
-		if !fi.IsDir() {
-			return errNotDir
 		}
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -167,6 +166,3 @@ func digestOf(b []byte) string {
 	s := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(s[:])
 }
-
-// errNotDir is returned for a path component that is not a real folder.
-var errNotDir = fs.ErrInvalid
