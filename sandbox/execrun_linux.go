@@ -167,7 +167,7 @@ func newCapture(e *execRun, tee io.Writer) *capture {
 }
 
 func (c *capture) Write(p []byte) (int, error) {
-	n, err := c.e.meter.ChargeOutput(int64(len(p)))
+	n, err := c.e.meter.ChargeCaptured(int64(len(p)))
 	c.mu.Lock()
 	c.buf.Write(p[:n])
 	if err != nil {

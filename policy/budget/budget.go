@@ -266,6 +266,28 @@ func (m *Meter) ChargeOutput(n int64) (int64, error) {
 	return room, m.haltLocked(MaxOutputBytes)
 }
 
+// ChargeCaptured counts n bytes of output the sandbox has already written
+// (read from its pipes) against max_output_bytes, and returns how many of
+// them fit. Unlike ChargeOutput it counts them when the meter is halted by
+// another budget: output written before a halt (a deadline, an interrupt)
+// that its reader had not reached yet is still what ran, and stays within
+// max_output_bytes.
+func (m *Meter) ChargeCaptured(n int64) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n < 0 {
+		return 0, fmt.Errorf("airlock bug: budget: ChargeCaptured(%d) with a negative count", n)
+	}
+	_ = m.checkLocked() // a passed deadline halts the meter, as any charge does; the bytes still count
+	room := max(m.limits.OutputBytes-m.output, 0)
+	if n <= room {
+		m.output += n
+		return n, nil
+	}
+	m.output += room
+	return room, m.haltLocked(MaxOutputBytes) // the first halt stays the meter's
+}
+
 // Halt stops the meter because of limit l (for example when the kernel
 // reports max_memory). The first halt wins. It panics if l is empty, which
 // would leave the meter running.

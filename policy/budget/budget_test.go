@@ -359,3 +359,27 @@ func TestDoneConcurrentHalts(t *testing.T) {
 		t.Error("Done is closed but HaltedBy is empty")
 	}
 }
+
+// TestChargeCapturedAfterHalt: output the sandbox wrote before a halt is
+// still counted and kept, up to max_output_bytes, when its reader reaches
+// it after the halt (before: ChargeOutput refused every byte once the
+// meter was halted, and an interrupted run's report lost what it printed).
+func TestChargeCapturedAfterHalt(t *testing.T) {
+	m := budget.NewMeter(budget.Limits{OutputBytes: 10, Wall: time.Hour}.WithDefaults(), nil)
+	m.Halt(budget.Interrupted)
+	if n, err := m.ChargeCaptured(6); n != 6 || err != nil {
+		t.Errorf("ChargeCaptured(6) after a halt = %d, %v; want 6, nil", n, err)
+	}
+	if n, err := m.ChargeCaptured(6); n != 4 || !errors.Is(err, budget.ErrExhausted) {
+		t.Errorf("ChargeCaptured(6) at the cap = %d, %v; want 4 and exhausted", n, err)
+	}
+	if m.HaltedBy() != budget.Interrupted {
+		t.Errorf("halted by %q, want the first halt, interrupted", m.HaltedBy())
+	}
+	if n, _ := m.ChargeOutput(1); n != 0 {
+		t.Errorf("ChargeOutput after a halt = %d: new output (downloads) stays refused", n)
+	}
+	if _, err := m.ChargeCaptured(-1); err == nil || errors.Is(err, budget.ErrExhausted) {
+		t.Errorf("ChargeCaptured(-1) = %v, want a bug error", err)
+	}
+}
