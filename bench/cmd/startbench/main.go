@@ -47,6 +47,7 @@ type Results struct {
 	Scaling     []ScaleRow       `json:"scaling"`
 	Micro       []MicroBenchmark `json:"micro_benchmarks"`
 	Notes       []string         `json:"notes"`
+	Targets     []Target         `json:"targets"`
 	ElapsedSecs float64          `json:"elapsed_s"`
 }
 
@@ -194,6 +195,7 @@ func main() {
 		res.Micro = m
 	}
 	res.ElapsedSecs = time.Since(start).Seconds()
+	res.Targets = targets(res)
 	res.Meta.LoadEnd = loadavg()
 	if err := write(*out, res); err != nil {
 		log.Fatal(err)

@@ -14,6 +14,18 @@ func markdown(r *Results) string {
 	p("%s · kernel %s · %s · %d CPUs (%s) · %s · N=%d · %.0f s · load average %s at the start, %s at the end\n\n",
 		m.Date, m.Kernel, m.Go, m.CPUs, m.CPU, m.Airlock, m.N, r.ElapsedSecs, m.LoadStart, m.LoadEnd)
 
+	if len(r.Targets) > 0 {
+		p("## Targets (issue 19), from this run\n\nEach ratio is against its baseline in this same run.\n\n| target | goal | measured | ratio | verdict |\n|---|---|---|--:|---|\n")
+		for _, t := range r.Targets {
+			ratio := "—"
+			if t.Pass != nil {
+				ratio = fmt.Sprintf("%.2f", t.Ratio)
+			}
+			p("| %s | %s | %s | %s | %s |\n", t.Name, t.Goal, t.Measured, ratio, t.verdict())
+		}
+		p("\n")
+	}
+
 	if len(r.ColdStart) > 0 {
 		p("## Cold start\n\nFrom fork to reaped exit, output discarded; every contender once per round, in an order rotated each round; %d rounds after 3 warm-up rounds. Times in ms.\n\n", m.N)
 		for _, w := range workloads(r.ColdStart) {
