@@ -170,13 +170,18 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 	ctl.graceful = unshared
 	// The init's own output (a Go runtime panic, say); commands get pipes of their own.
 	cmd.Stdout, cmd.Stderr = ctl.stderr, ctl.stderr
+	start := cmd.Start
 	if g := b.lim.group; g != nil {
-		if fd, ok := g.UnifiedFD(); ok {
-			// CLONE_INTO_CGROUP: the init is in the group from its first instruction.
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-		}
+		// The init is in the group from its first instruction, in every
+		// hierarchy; nothing is moved into it later.
+		start = func() error { return g.Start(cmd) }
 	}
-	if err := cmd.Start(); err != nil {
+	if err := start(); err != nil {
+		if cmd.Process != nil {
+			// Started, but the supervisor's thread could not leave the group.
+			_ = cmd.Process.Kill() // the init waits for the plan: it ran nothing
+			_ = cmd.Wait()         // reaped; its status says nothing more
+		}
 		ctl.close()
 		if unshared {
 			return nil, fmt.Errorf("start sandbox init: %w", err)
@@ -201,20 +206,10 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 	return ctl, nil
 }
 
-// handOver puts the init in its cgroup, sends the plan and the idmapped
+// handOver watches the init's cgroup, sends the plan and the idmapped
 // grants, and lets it go.
 func handOver(b *box, ctl *control, planW *os.File, root bool) error {
-	if g := b.lim.group; g != nil {
-		// The init waits for "go" before it forks anything, so adding it to
-		// the v1 hierarchies now leaves no window. Started into the cgroup2
-		// group (CLONE_INTO_CGROUP), it is only moved in the others.
-		add := g.Add
-		if ctl.cmd.SysProcAttr.UseCgroupFD {
-			add = g.AddCloned
-		}
-		if err := add(ctl.cmd.Process.Pid); err != nil {
-			return fmt.Errorf("cgroup: %w", err)
-		}
+	if b.lim.group != nil {
 		ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
 	}
 	if err := json.NewEncoder(planW).Encode(b.pl); err != nil {

@@ -4,15 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// Detect reads /proc/self/mountinfo and /proc/self/cgroup (proc(5),
-// cgroups(7)) and, for cgroup2, the supervisor cgroup's cgroup.controllers
+// Detect reads /proc/self/mountinfo and the calling thread's cgroups
+// (/proc/thread-self/cgroup: proc(5), cgroups(7)) and, for cgroup2, the
+// supervisor cgroup's cgroup.controllers
 // and cgroup.subtree_control. It never writes. What it cannot use is listed
 // in Host.Problems rather than returned as an error.
 func Detect() (Host, error) {
@@ -20,7 +24,14 @@ func Detect() (Host, error) {
 	if err != nil {
 		return Host{}, fmt.Errorf("cgroup: detect: %w: mount /proc", err)
 	}
-	pc, err := os.ReadFile("/proc/self/cgroup")
+	// The thread's own, not /proc/self/cgroup: that file shows the thread
+	// group leader's, and the leader may be the thread that Start moves
+	// into a sandbox's v1 groups for a moment. A group made below that one
+	// would be nested in another sandbox's, and its Start's thread would
+	// "return" into it. Every other thread of the supervisor stays in the
+	// supervisor's cgroups (Start's thread creates no thread: the runtime
+	// creates threads for a locked one from its template thread).
+	pc, err := os.ReadFile("/proc/thread-self/cgroup")
 	if err != nil {
 		return Host{}, fmt.Errorf("cgroup: detect: %w: the kernel needs CONFIG_CGROUPS", err)
 	}
@@ -123,75 +134,90 @@ func (g *Group) apply() (created []string, err error) {
 	return created, nil
 }
 
-// Add moves pid (with all its threads) into the group in every hierarchy,
-// the cgroup2 directory first.
+// Start starts cmd inside the group in every hierarchy: the process is in
+// the group from its first instruction, so it cannot fork anything outside
+// it, and no process is ever moved between groups.
 //
-// A process forking between two of these writes leaves its child behind in
-// some hierarchies. Start the process blocked (waiting on a pipe) and
-// release it only after Add returns; where UnifiedFD is available, also
-// start it with SysProcAttr.UseCgroupFD so it is in the killable cgroup2
-// group from its first instruction.
+// How: the cgroup2 directory is given to clone3 (SysProcAttr.UseCgroupFD,
+// CLONE_INTO_CGROUP, Linux 5.7). For cgroup v1, which has no such flag,
+// the calling thread moves itself into each v1 directory (it writes "0" to
+// the tasks file: cgroups(7)), starts cmd, which inherits the thread's
+// groups, and moves itself back to its own cgroup. A thread moving itself
+// is what the kernel does without cgroup_threadgroup_rwsem, a global lock
+// that writing another process's pid to cgroup.procs takes for writing:
+// that write waits for an RCU grace period (10 to 20 ms for three v1
+// hierarchies on the development VM, against 0.2 ms for the thread's
+// round trip) and holds up every fork and exit on the host meanwhile.
+// While the thread is inside, the group counts it in pids.current and
+// charges its CPU time to the group; nothing else runs on it.
+//
+// Start locks the calling goroutine to its thread for the move (nested
+// with a lock the caller may hold: the thread that forks is the one
+// SysProcAttr.Pdeathsig is tied to). If the thread cannot move back, it is
+// left locked, so the Go runtime ends it with its goroutine rather than
+// reuse a thread that sits in a sandbox's group, and Start returns the
+// error with cmd started: the caller kills it and destroys the group, which
+// succeeds once the goroutine has ended (or Janitor's next pass).
 //
 // Preconditions:
-//   - pid is not the calling process (the supervisor must stay outside)
-func (g *Group) Add(pid int) error {
-	if pid <= 0 || pid == os.Getpid() {
-		return fmt.Errorf("cgroup: add pid %d to %s: not a child process: pass the sandbox's pid", pid, g.plan.Name)
-	}
+//   - cmd.Process is nil (cmd was not started)
+//   - cmd.SysProcAttr does not set UseCgroupFD itself
+func (g *Group) Start(cmd *exec.Cmd) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.destroyed || len(g.plan.Dirs) == 0 {
-		return fmt.Errorf("cgroup: add pid %d to %s: group is destroyed or empty: Create a new one", pid, g.plan.Name)
+		return fmt.Errorf("cgroup: start %s in %s: group is destroyed or empty: Create a new one", cmd.Path, g.plan.Name)
 	}
-	for _, d := range g.plan.Dirs {
-		if err := g.write(filepath.Join(d.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
-			return err
+	if d, ok := g.plan.cgroup2(); ok {
+		fd, ok := g.fdOf(d.Path)
+		if !ok {
+			return fmt.Errorf("cgroup: start %s in %s: airlock bug: the cgroup2 directory is not held open", cmd.Path, g.plan.Name)
 		}
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 	}
-	return nil
+	runtime.LockOSThread()
+	entered, err := g.enterThread()
+	if err == nil {
+		err = cmd.Start()
+	}
+	if lerr := g.leaveThread(entered); lerr != nil {
+		// Keep the thread locked: it dies with its goroutine.
+		return errors.Join(err, lerr)
+	}
+	runtime.UnlockOSThread()
+	return err
 }
 
-// AddCloned is Add for a process started with UnifiedFD
-// (SysProcAttr.UseCgroupFD, clone3 CLONE_INTO_CGROUP): it is in the
-// cgroup2 directory since its first instruction, so only the v1
-// hierarchies are written. Each cgroup.procs write takes the kernel's
-// global cgroup_threadgroup_rwsem for writing, which holds up every fork
-// and exit on the host meanwhile; the write that would change nothing is
-// not made. Without a cgroup2 directory it is Add.
-//
-// Preconditions: as for Add, and pid was started with this group's
-// UnifiedFD.
-func (g *Group) AddCloned(pid int) error {
-	if pid <= 0 || pid == os.Getpid() {
-		return fmt.Errorf("cgroup: add pid %d to %s: not a child process: pass the sandbox's pid", pid, g.plan.Name)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.destroyed || len(g.plan.Dirs) == 0 {
-		return fmt.Errorf("cgroup: add pid %d to %s: group is destroyed or empty: Create a new one", pid, g.plan.Name)
-	}
-	for _, d := range g.plan.Dirs {
+// enterThread moves the calling thread into the group's v1 directories
+// and returns the ones it entered. The caller holds g.mu and the thread.
+func (g *Group) enterThread() (entered []int, err error) {
+	for i, d := range g.plan.Dirs {
 		if d.V2 {
 			continue
 		}
-		if err := g.write(filepath.Join(d.Path, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
-			return err
+		if err := g.write(filepath.Join(d.Path, "tasks"), "0"); err != nil {
+			return entered, err
 		}
+		entered = append(entered, i)
 	}
-	return nil
+	return entered, nil
 }
 
-// UnifiedFD returns an O_PATH directory fd of the group's cgroup2
-// directory, for SysProcAttr.UseCgroupFD / clone3 CLONE_INTO_CGROUP
-// (clone(2), Linux 5.7). It reports false when the host has no cgroup2
-// mount. The group owns the fd: do not close it; Destroy does.
-func (g *Group) UnifiedFD() (int, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if d, ok := g.plan.cgroup2(); ok {
-		return g.fdOf(d.Path)
+// leaveThread moves the calling thread back from the v1 directories it
+// entered to the supervisor's own cgroup in each. The caller holds g.mu
+// and the thread.
+func (g *Group) leaveThread(entered []int) error {
+	var err error
+	for _, i := range entered {
+		d := g.plan.Dirs[i]
+		if werr := g.write(filepath.Join(d.Parent, "tasks"), "0"); werr != nil {
+			err = errors.Join(err, fmt.Errorf("cgroup: the supervisor's thread could not leave %s: %w", d.Path, werr))
+		}
 	}
-	return -1, false
+	return err
 }
 
 // Status says where the group lives, how swap is excluded and how Kill

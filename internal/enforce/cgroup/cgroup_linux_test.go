@@ -79,14 +79,10 @@ type child struct {
 	out   *bufio.Reader
 }
 
-// startIn starts cmd inside g: through CLONE_INTO_CGROUP where the group has
-// a cgroup2 directory (no window at all), then Add for the v1 hierarchies.
-// The child waits for "go" on stdin, so nothing runs before Add returns.
+// startIn starts cmd inside g with Start. The child still waits for "go"
+// on stdin, so a test decides when it runs.
 func startIn(t *testing.T, g *cgroup.Group, cmd *exec.Cmd) *child {
 	t.Helper()
-	if fd, ok := g.UnifiedFD(); ok {
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
-	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -96,8 +92,12 @@ func startIn(t *testing.T, g *cgroup.Group, cmd *exec.Cmd) *child {
 		t.Fatal(err)
 	}
 	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %v: %v", cmd.Args, err)
+	if err := g.Start(cmd); err != nil {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill() // reaped by Wait below
+			_ = cmd.Wait()
+		}
+		t.Fatalf("Start %v: %v", cmd.Args, err)
 	}
 	timer := time.AfterFunc(testTimeout, func() { g.Kill() }) // outer bound: result checked by the test
 	t.Cleanup(func() {
@@ -106,9 +106,6 @@ func startIn(t *testing.T, g *cgroup.Group, cmd *exec.Cmd) *child {
 		stdin.Close()
 		cmd.Wait() // killed above; its status is irrelevant here
 	})
-	if err := g.Add(cmd.Process.Pid); err != nil {
-		t.Fatalf("Add(%d): %v", cmd.Process.Pid, err)
-	}
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatalf("release child: %v", err)
 	}
@@ -165,8 +162,8 @@ func TestCreateDestroy(t *testing.T) {
 	if err := g.Destroy(); err != nil {
 		t.Errorf("second Destroy = %v, want nil (idempotent)", err)
 	}
-	if err := g.Add(1); err == nil {
-		t.Errorf("Add after Destroy = nil, want an error")
+	if err := g.Start(exec.Command("/bin/true")); err == nil {
+		t.Errorf("Start after Destroy = nil, want an error")
 	}
 }
 

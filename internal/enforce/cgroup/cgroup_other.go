@@ -5,6 +5,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"os/exec"
 	"time"
 )
 
@@ -16,11 +17,8 @@ func Detect() (Host, error) { return Host{}, errUnsupported }
 // Create returns an error wrapping errors.ErrUnsupported.
 func Create(h Host, cfg Config) (*Group, error) { return nil, errUnsupported }
 
-// Add returns an error wrapping errors.ErrUnsupported.
-func (g *Group) Add(pid int) error { return errUnsupported }
-
-// AddCloned returns an error wrapping errors.ErrUnsupported.
-func (g *Group) AddCloned(pid int) error { return errUnsupported }
+// Start returns an error wrapping errors.ErrUnsupported.
+func (g *Group) Start(cmd *exec.Cmd) error { return errUnsupported }
 
 // Notifier is the Linux type's stand-in: nothing is ever announced.
 type Notifier struct{}
@@ -36,9 +34,6 @@ func (n *Notifier) Covers() (pids, oom bool) { return false, false }
 
 // Close does nothing.
 func (n *Notifier) Close() {}
-
-// UnifiedFD reports false.
-func (g *Group) UnifiedFD() (int, bool) { return -1, false }
 
 // Status returns the zero Status.
 func (g *Group) Status() Status { return Status{} }

@@ -2,13 +2,21 @@ package cgroup_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 )
 
 // helperEnv selects a helper mode when the test binary re-executes itself.
@@ -28,6 +36,15 @@ var helpers = map[string]func() error{
 	"daemon":  helperDaemon,
 	"idle":    helperIdle,
 	"sleeper": helperIdle,
+	"leader":  helperLeader,
+}
+
+func init() {
+	if os.Getenv(helperEnv) == "leader" {
+		// init runs on the main thread, the thread group leader: keep the
+		// main goroutine (TestMain, then helperLeader) there.
+		runtime.LockOSThread()
+	}
 }
 
 func TestMain(m *testing.M) {
@@ -133,6 +150,54 @@ func helperDaemon() error {
 		return err
 	}
 	fmt.Printf("pid %d\n", c.Process.Pid)
+	return nil
+}
+
+// helperLeader is TestDetectWhileLeaderInside's child. On the thread group
+// leader (see init) it does what Group.Start does for a moment, moving
+// itself into a group's v1 directories, and meanwhile has Detect run on
+// another thread: Detect must still find the process's own cgroups, not
+// the group the leader is passing through.
+func helperLeader() error {
+	if unix.Gettid() != os.Getpid() {
+		return fmt.Errorf("not on the leader thread (tid %d, pid %d)", unix.Gettid(), os.Getpid())
+	}
+	h, err := cgroup.Detect()
+	if err != nil {
+		return err
+	}
+	name, err := cgroup.NewName(os.Getpid())
+	if err != nil {
+		return err
+	}
+	g, err := cgroup.Create(h, cgroup.Config{Name: name, Pids: 8})
+	if err != nil {
+		return err
+	}
+	defer g.Destroy() // the exit status says whether this helper passed
+	var moved []string
+	for _, d := range g.Status().Dirs {
+		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err == nil {
+			moved = append(moved, filepath.Dir(d))
+		}
+	}
+	if len(moved) == 0 {
+		return errors.New("no v1 directory to move into: the host has no cgroup v1 hierarchy")
+	}
+	during := make(chan cgroup.Host, 1)
+	go func() { // another thread: the leader is locked to this goroutine's caller
+		h2, _ := cgroup.Detect() // an error leaves h2 zero, which differs below
+		during <- h2
+	}()
+	h2 := <-during
+	for _, parent := range moved {
+		if err := os.WriteFile(filepath.Join(parent, "tasks"), []byte("0"), 0); err != nil {
+			return fmt.Errorf("leave: %w", err)
+		}
+	}
+	if !maps.Equal(h.Self, h2.Self) {
+		return fmt.Errorf("Detect while the leader was inside %s found Self %v, want %v", name, h2.Self, h.Self)
+	}
 	return nil
 }
 

@@ -8,10 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -115,40 +115,103 @@ func TestNotifyAfterDestroy(t *testing.T) {
 	nilN.Close() // must not panic
 }
 
-// TestAddCloned: a process started into the cgroup2 directory with
-// UnifiedFD and then AddCloned is in the group in every hierarchy.
-func TestAddCloned(t *testing.T) {
+// TestStart: a process Start starts is in the group in every hierarchy
+// (each directory's cgroup.procs lists it alone), and the
+// thread that started it is back in its own cgroups: it is neither in
+// a tasks file nor holds the group up (Destroy succeeds).
+func TestStart(t *testing.T) {
 	h := requireHost(t, cgroup.Pids, cgroup.Memory)
 	g := newGroup(t, h, cgroup.Config{Pids: 8, MemoryBytes: 64 << 20})
-	fd, ok := g.UnifiedFD()
-	if !ok {
-		airtest.SkipOrFail(t, "no cgroup2 mount (%s host): AddCloned is Add here", h.Version)
+	runtime.LockOSThread() // read this thread's cgroups before and after
+	defer runtime.UnlockOSThread()
+	before, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		t.Fatal(err)
 	}
 	cmd := helperCmd("idle")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if err := g.Start(cmd); err != nil {
+		t.Fatalf("Start: %v", err)
 	}
 	defer func() {
 		_ = g.Kill() // checked by newGroup's Destroy
 		stdin.Close()
 		_ = cmd.Wait() // killed
 	}()
-	if err := g.AddCloned(cmd.Process.Pid); err != nil {
-		t.Fatalf("AddCloned: %v", err)
+	after, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("the starting thread's cgroups changed:\nbefore %s\nafter  %s", before, after)
 	}
 	for _, d := range g.Status().Dirs {
 		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil || !slices.Contains(strings.Fields(string(b)), strconv.Itoa(cmd.Process.Pid)) {
-			t.Errorf("%s/cgroup.procs = %q, %v; want pid %d there", d, b, err, cmd.Process.Pid)
+		if err != nil || !slices.Equal(strings.Fields(string(b)), []string{strconv.Itoa(cmd.Process.Pid)}) {
+			t.Errorf("%s/cgroup.procs = %q, %v; want only pid %d", d, b, err, cmd.Process.Pid)
 		}
 	}
-	if err := g.AddCloned(os.Getpid()); err == nil {
-		t.Error("AddCloned(the caller) succeeded; the supervisor must stay outside")
+	// No task of this process (the starting thread is one) is left in a v1 tasks file.
+	self, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range g.Status().Dirs {
+		b, err := os.ReadFile(filepath.Join(d, "tasks"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // cgroup2 has no tasks file; cgroup.procs above holds only the child
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range self {
+			if slices.Contains(strings.Fields(string(b)), e.Name()) {
+				t.Errorf("%s/tasks lists the test's own thread %s", d, e.Name())
+			}
+		}
+	}
+}
+
+// TestDetectWhileLeaderInside: Detect reads the calling thread's cgroups,
+// so a supervisor whose leader thread is inside a sandbox's group for a
+// moment (Start) never makes the next group inside that one.
+func TestDetectWhileLeaderInside(t *testing.T) {
+	h := requireHost(t, cgroup.Pids)
+	if h.Controllers[cgroup.Pids] == h.Unified {
+		airtest.SkipOrFail(t, "pids is a cgroup2 controller here: Start moves no thread on this host")
+	}
+	cmd := helperCmd("leader")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+}
+
+// TestStartFailure: a command that cannot start leaves nothing in the
+// group, the thread included.
+func TestStartFailure(t *testing.T) {
+	h := requireHost(t, cgroup.Pids)
+	g := newGroup(t, h, cgroup.Config{Pids: 8})
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(exec.Command("/nonexistent/airlock-test")); err == nil {
+		t.Fatal("Start of a missing program = nil, want an error")
+	}
+	after, err := os.ReadFile("/proc/thread-self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("the starting thread's cgroups changed:\nbefore %s\nafter  %s", before, after)
+	}
+	if u, err := g.Usage(); err != nil || u.Pids != 0 {
+		t.Errorf("Usage() = %+v, %v; want no task in the group", u, err)
 	}
 }
 
