@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -212,18 +211,21 @@ func handOver(b *box, ctl *control, planW *os.File, root bool) error {
 	if b.lim.group != nil {
 		ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
 	}
-	if err := json.NewEncoder(planW).Encode(b.pl); err != nil {
+	pb, err := b.pl.MarshalBinary()
+	if err == nil {
+		_, err = planW.Write(pb)
+	}
+	if err != nil {
 		return fmt.Errorf("send plan: %w", err)
 	}
 	planW.Close()
 	var cloneFDs []int
 	if root {
-		var err error
 		if cloneFDs, err = cloneBinds(ctl.cmd.Process.Pid, b.pl); err != nil {
 			return err
 		}
 	}
-	err := nsinit.Send(ctl.sock, nsinit.Message{Type: nsinit.MsgGo, IDMaps: len(cloneFDs)}, cloneFDs...)
+	err = nsinit.Send(ctl.sock, nsinit.Message{Type: nsinit.MsgGo, IDMaps: len(cloneFDs)}, cloneFDs...)
 	closeFDs(cloneFDs)
 	if err != nil {
 		return fmt.Errorf("start sandbox: %w", err)

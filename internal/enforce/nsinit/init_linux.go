@@ -1,9 +1,9 @@
 package nsinit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 
@@ -61,13 +61,22 @@ func run() int {
 	return code
 }
 
+// maxPlan bounds the plan the init reads: a plan is tens of kilobytes.
+const maxPlan = 16 << 20
+
+// readPlan reads the plan (plan.Plan's binary form) up to EOF.
 func readPlan() (*plan.Plan, error) {
 	f := os.NewFile(PlanFD, "plan")
 	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxPlan+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxPlan {
+		return nil, fmt.Errorf("plan larger than %d bytes", maxPlan)
+	}
 	var pl plan.Plan
-	dec := json.NewDecoder(f)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&pl); err != nil {
+	if err := pl.UnmarshalBinary(b); err != nil {
 		return nil, err
 	}
 	return &pl, nil

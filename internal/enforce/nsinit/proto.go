@@ -10,22 +10,28 @@
 // imports net/http, egress, server or mcp.
 package nsinit
 
+import (
+	"errors"
+
+	"github.com/airlock-sandbox/airlock/internal/wire"
+)
+
 // Arg0 is argv[0] of the re-executed init; sandbox.Init recognizes it.
 const Arg0 = "airlock-nsinit"
 
 // File descriptors the supervisor passes to the init.
 const (
-	PlanFD    = 3 // pipe: the JSON plan, then EOF
+	PlanFD    = 3 // pipe: the plan (plan.Plan.MarshalBinary), then EOF
 	ControlFD = 4 // SOCK_SEQPACKET socket: Messages both ways
 )
 
 // The control protocol, between the supervisor (sandbox, outside) and a
 // control process (this init inside the sandbox, or the OCI launcher) over
-// one SOCK_SEQPACKET socket: one JSON Message per packet, fds beside it as
-// SCM_RIGHTS.
+// one SOCK_SEQPACKET socket: one Message per packet (internal/wire), fds
+// beside it as SCM_RIGHTS.
 //
 //	supervisor                              control process
-//	   | ---- plan (JSON on PlanFD, then EOF) ---> |  (init only)
+//	   | ---- plan (binary on PlanFD, then EOF) -> |  (init only)
 //	   | ---- go [idmapped bind clones] ---------> |  set up network, mounts
 //	   | <--- listeners [http, socks] ------------ |  (when the plan has a proxy)
 //	   | <--- mounts [stage, grant roots...] ----- |  the file API's roots
@@ -95,3 +101,70 @@ type Message struct {
 
 // maxMessage bounds one control message (an exec's argv and env).
 const maxMessage = 128 << 10
+
+// messageLayout is the shape of Message on the wire (internal/wire),
+// pinned by TestMessageLayout; its checksum heads every message, so a
+// control process of another airlock build is refused by name.
+const messageLayout = "Message{Type string; Pid int; Code int; Signal int; Stage string; Error string; IDMaps int; Landlock int; " +
+	"ProcShared bool; HostnameKept bool; CPUMS int64; MaxRSS int64; Staged bool; ID string; Argv []string; Env []string; Cwd string; PTY bool}"
+
+var messageTag = wire.Tag("airlock-control", messageLayout)
+
+// errMessageBuild refuses a message of another airlock build.
+var errMessageBuild = errors.New("control message from an airlock build whose protocol differs: airlock and airlock-init must come from the same build (rebuild both)")
+
+// marshal encodes m (internal/wire: no reflection, which a fresh init
+// would pay for on its first message).
+func (m *Message) marshal() []byte {
+	e := &wire.Encoder{}
+	e.String(messageTag)
+	e.String(string(m.Type))
+	for _, v := range []int{m.Pid, m.Code, m.Signal} {
+		e.Int(int64(v))
+	}
+	e.String(m.Stage)
+	e.String(m.Error)
+	e.Int(int64(m.IDMaps))
+	e.Int(int64(m.Landlock))
+	e.Bool(m.ProcShared)
+	e.Bool(m.HostnameKept)
+	e.Int(m.CPUMS)
+	e.Int(m.MaxRSS)
+	e.Bool(m.Staged)
+	e.String(m.ID)
+	e.Strings(m.Argv)
+	e.Strings(m.Env)
+	e.String(m.Cwd)
+	e.Bool(m.PTY)
+	return e.Bytes()
+}
+
+// unmarshal decodes what marshal encoded.
+func (m *Message) unmarshal(b []byte) error {
+	d := wire.NewDecoder(b)
+	if d.String() != messageTag {
+		return errMessageBuild
+	}
+	var q Message
+	q.Type = Kind(d.String())
+	q.Pid, q.Code, q.Signal = int(d.Int()), int(d.Int()), int(d.Int())
+	q.Stage = d.String()
+	q.Error = d.String()
+	q.IDMaps = int(d.Int())
+	q.Landlock = int(d.Int())
+	q.ProcShared = d.Bool()
+	q.HostnameKept = d.Bool()
+	q.CPUMS = d.Int()
+	q.MaxRSS = d.Int()
+	q.Staged = d.Bool()
+	q.ID = d.String()
+	q.Argv = d.Strings()
+	q.Env = d.Strings()
+	q.Cwd = d.String()
+	q.PTY = d.Bool()
+	if err := d.Finish(); err != nil {
+		return err
+	}
+	*m = q
+	return nil
+}

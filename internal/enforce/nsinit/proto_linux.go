@@ -1,8 +1,8 @@
 package nsinit
 
 import (
-	"encoding/json"
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,10 +12,7 @@ const maxFDs = 253
 
 // Send writes m with fds attached.
 func Send(sock int, m Message, fds ...int) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
+	b := m.marshal()
 	if len(fds) > maxFDs {
 		return fmt.Errorf("control message with %d fds exceeds %d (SCM_MAX_FD): fewer mounts are needed", len(fds), maxFDs)
 	}
@@ -29,10 +26,21 @@ func Send(sock int, m Message, fds ...int) error {
 	return unix.Sendmsg(sock, b, oob, nil, 0)
 }
 
+// recvBufs holds Recv's buffers: a message is decoded into strings of its
+// own, so a buffer is reused at once rather than allocated and zeroed per
+// message.
+var recvBufs = sync.Pool{New: func() any { return new(recvBuf) }}
+
+type recvBuf struct {
+	data [maxMessage]byte
+	oob  [(maxFDs*4 + 64)]byte // unix.CmsgSpace(maxFDs*4) with room to spare
+}
+
 // Recv reads one message and the fds attached to it.
 func Recv(sock int) (Message, []int, error) {
-	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
+	rb := recvBufs.Get().(*recvBuf)
+	defer recvBufs.Put(rb)
+	buf, oob := rb.data[:], rb.oob[:unix.CmsgSpace(maxFDs*4)]
 	n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return Message{}, nil, err
@@ -58,7 +66,7 @@ func Recv(sock int) (Message, []int, error) {
 		}
 	}
 	var m Message
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
+	if err := m.unmarshal(buf[:n]); err != nil {
 		for _, f := range fds {
 			unix.Close(f)
 		}
