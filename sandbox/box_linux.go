@@ -133,7 +133,11 @@ func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box,
 		b.meter = budget.NewMeter(pl.Limits.Budget(), cfg.Clock)
 	}
 	b.fs = startFSAudit(b)
-	go b.supervise(ctx, be)
+	if pb, ok := be.(pooledBackend); ok {
+		pb.w.run <- func() { b.supervise(ctx, be) } // on the warm init's own thread
+	} else {
+		go b.supervise(ctx, be)
+	}
 	if err := <-b.ready; err != nil {
 		<-b.done
 		return b, err

@@ -38,19 +38,34 @@ type limits struct {
 // without delegation), refuses the run unless the plan accepts the
 // downgrade for every budget that would go unenforced.
 func newLimits(lim plan.Limits, sink audit.Sink) (*limits, error) {
+	g, h, err := newGroup(cgroup.Config{MemoryBytes: lim.Memory, Pids: lim.Pids})
+	return decideLimits(lim, sink, g, h, err)
+}
+
+// newGroup makes a cgroup below the supervisor's own with cfg's limits
+// (cfg.Name is picked here), and returns the host's layout with it.
+func newGroup(cfg cgroup.Config) (*cgroup.Group, cgroup.Host, error) {
 	h, err := cgroup.Detect()
+	if err != nil {
+		return nil, h, err
+	}
+	janitorOnce.Do(func() {
+		_, _, _ = cgroup.JanitorShared(h, janitorCooldown) // best effort: leftovers of crashed supervisors
+	})
+	if cfg.Name, err = cgroup.NewName(os.Getpid()); err != nil {
+		return nil, h, err
+	}
+	g, err := cgroup.Create(h, cfg)
+	return g, h, err
+}
+
+// decideLimits makes the run's limits from the group g, or, when making it
+// failed with err, refuses the run or accepts the downgrades the plan
+// allows.
+func decideLimits(lim plan.Limits, sink audit.Sink, g *cgroup.Group, h cgroup.Host, err error) (*limits, error) {
 	l := &limits{host: h, maxCPU: lim.CPU}
 	if err == nil {
-		janitorOnce.Do(func() {
-			_, _, _ = cgroup.JanitorShared(h, janitorCooldown) // best effort: leftovers of crashed supervisors
-		})
-		var name string
-		name, err = cgroup.NewName(os.Getpid())
-		if err == nil {
-			l.group, err = cgroup.Create(h, cgroup.Config{Name: name, MemoryBytes: lim.Memory, Pids: lim.Pids})
-		}
-	}
-	if err == nil {
+		l.group = g
 		return l, nil
 	}
 	var missing unenforceable

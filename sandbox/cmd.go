@@ -93,6 +93,13 @@ type Config struct {
 	// SessionMaxLifetime bounds how far Extend may move a session's end,
 	// counted from its start; zero means DefaultSessionMaxLifetime.
 	SessionMaxLifetime time.Duration
+
+	// Pool, when set, gives a sandbox of the namespaces isolation one of
+	// its warm inits if one is ready (see Pool); otherwise, or when the
+	// pool's Executable differs from this Config's, the sandbox starts
+	// cold. Nil: Cmd.Run starts its init while the plan compiles; a
+	// Session starts cold.
+	Pool *Pool
 }
 
 // Session lifetimes when the Config leaves them zero.

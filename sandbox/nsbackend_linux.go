@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
 	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
@@ -39,15 +40,10 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err := b.prepareCredentials(); err != nil {
 		return nil, err
 	}
-	if err := b.openStageAndLimits("namespaces"); err != nil {
+	if err := b.openStageAndLimits("namespaces", func() (*limits, error) { return newLimits(b.pl.Limits, b.sink) }); err != nil {
 		return nil, err
 	}
-	if b.pl.Transparent {
-		b.enf.Egress = EgressTransparent
-	} else if b.pl.Proxy {
-		b.enf.Egress = EgressProxy
-	}
-	ctl, err := startInit(b, cloneFlags)
+	in, err := startInit(b.cfg.Executable, cloneFlags, b.lim.group)
 	if err != nil {
 		b.lim.finish(b)
 		b.stage.close()
@@ -60,6 +56,12 @@ func (nsBackend) launch(b *box) (*control, error) {
 			}
 			return nil, fmt.Errorf("%s: nothing was started; to run without namespaces (Landlock and seccomp only: what is weaker is in airlock doctor and the report), add namespaces to allow_downgrade, or run where user namespaces can be created", why)
 		}
+		return nil, err
+	}
+	ctl, err := in.handOver(b)
+	if err != nil {
+		b.lim.finish(b)
+		b.stage.close()
 		return nil, err
 	}
 	return ctl, nil
@@ -81,15 +83,15 @@ func usernsRefused(err error) (string, bool) {
 
 // openStageAndLimits opens what airlock's own init shares with the box
 // for b.pl, whatever namespaces it gets: the staged grants' host side and
-// the cgroup (or the downgrades accepted in its place), and records the
-// backend's name and what the limits give up. On error nothing is left
-// open.
-func (b *box) openStageAndLimits(backend string) error {
+// the cgroup, or the downgrades accepted in its place (newLim makes them),
+// and records the backend's name, what the limits give up and how egress
+// leaves. On error nothing is left open.
+func (b *box) openStageAndLimits(backend string, newLim func() (*limits, error)) error {
 	var err error
 	if b.stage, err = openStaging(b.pl); err != nil {
 		return err
 	}
-	b.lim, err = newLimits(b.pl.Limits, b.sink)
+	b.lim, err = newLim()
 	if backend == "namespaces" {
 		err = b.preflight(err)
 	}
@@ -109,68 +111,104 @@ func (b *box) openStageAndLimits(backend string) error {
 	if b.lim.group != nil {
 		b.enf.Cgroup = b.lim.host.Version
 	}
+	if b.pl.Transparent {
+		b.enf.Egress = EgressTransparent
+	} else if b.pl.Proxy {
+		b.enf.Egress = EgressProxy
+	}
 	return nil
 }
 
-// startInit starts the init process in new namespaces (cloneFlags) and
-// hands the plan over. With cloneFlags 0 it starts the init without
-// namespaces (unsharedBackend), as the caller: no id maps, and SIGTERM,
-// not SIGKILL, as its death signal and the supervisor's kill, since the
-// init must live long enough to kill its tree.
-func startInit(b *box, cloneFlags uintptr) (*control, error) {
+// initProc is an init started in its namespaces, and in its cgroup when
+// there is one, that waits for its plan: the cold path hands it one at
+// once (nsBackend.launch), a Pool keeps it until a sandbox claims it. It
+// has run nothing of any sandbox's: it holds new namespaces (and a copy
+// of the host's mount table, which it replaces with the plan's root) and
+// reads the plan before anything else.
+type initProc struct {
+	ctl   *control
+	planW *os.File
+	// flags are the namespaces it was cloned into; 0 for the backend
+	// without namespaces.
+	flags uintptr
+	// root says the supervisor is the host's root: it clones every bind
+	// source for the init, and hostID is the host uid and gid that 0
+	// inside maps to (picked at random per init: plan.IDMap).
+	root   bool
+	hostID int
+	// group is the cgroup a Pool made for it (nil on the cold path, where
+	// the box's limits made it, and where the host has none: groupErr).
+	group    *cgroup.Group
+	groupErr error
+	host     cgroup.Host
+	started  time.Time
+}
+
+// startInit starts the init process in new namespaces (cloneFlags), in g
+// when g is not nil, executing exe (Config.Executable: "" finds it), and
+// returns it waiting for its plan. With cloneFlags 0 it starts the init
+// without namespaces (unsharedBackend), as the caller: no id maps, and
+// SIGTERM, not SIGKILL, as its death signal and the supervisor's kill,
+// since the init must live long enough to kill its tree.
+//
+// Preconditions:
+//   - runs on the locked thread that will supervise the sandbox: the
+//     init's death signal is tied to it
+func startInit(exe string, cloneFlags uintptr, g *cgroup.Group) (*initProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("plan pipe: %w", err)
 	}
 	defer planR.Close()
-	defer planW.Close()
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		planW.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	child := os.NewFile(uintptr(pair[1]), "control")
 	defer child.Close()
 
-	exe := "/proc/self/exe"
+	path := "/proc/self/exe"
 	extra := []*os.File{planR, child}
-	initFile, err := openInit(b.cfg.Executable)
+	initFile, err := openInit(exe)
 	if err != nil {
 		unix.Close(pair[0])
+		planW.Close()
 		return nil, fmt.Errorf("sandbox init binary: %w", err)
 	}
 	if initFile != nil {
 		defer initFile.Close()
 		// Executed through its fd (the third extra file is fd 5 in the child).
 		extra = append(extra, initFile)
-		exe = "/proc/self/fd/5"
+		path = "/proc/self/fd/5"
 	}
+	in := &initProc{planW: planW, flags: cloneFlags, started: time.Now()}
 	unshared := cloneFlags == 0
-	root := namespace.HostAdmin() && !unshared // not euid 0: root in a container lacks what the privileged path needs
+	in.root = namespace.HostAdmin() && !unshared // not euid 0: root in a container lacks what the privileged path needs
 	attr := &syscall.SysProcAttr{Pdeathsig: unix.SIGTERM, Setsid: true}
 	if !unshared {
 		id, gid := os.Getuid(), os.Getgid()
-		if root {
-			id = hostID(b.pl)
-			gid = id
-			b.sandboxID = id
+		if in.root {
+			in.hostID = pickHostID(plan.DefaultIDMap())
+			id, gid = in.hostID, in.hostID
 		}
 		attr = &syscall.SysProcAttr{
 			Cloneflags:                 cloneFlags,
 			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
 			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: root,
-			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}, NoSetGroups: !root},
+			GidMappingsEnableSetgroups: in.root,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}, NoSetGroups: !in.root},
 			Pdeathsig:                  unix.SIGKILL,
 			Setsid:                     true,
 		}
 	}
-	cmd := &exec.Cmd{Path: exe, Args: []string{nsinit.Arg0}, Env: []string{}, ExtraFiles: extra, SysProcAttr: attr, WaitDelay: time.Second}
+	cmd := &exec.Cmd{Path: path, Args: []string{nsinit.Arg0}, Env: []string{}, ExtraFiles: extra, SysProcAttr: attr, WaitDelay: time.Second}
 	ctl := newControl(cmd, pair[0])
 	ctl.graceful = unshared
 	// The init's own output (a Go runtime panic, say); commands get pipes of their own.
 	cmd.Stdout, cmd.Stderr = ctl.stderr, ctl.stderr
 	start := cmd.Start
-	if g := b.lim.group; g != nil {
+	if g != nil {
 		// The init is in the group from its first instruction, in every
 		// hierarchy; nothing is moved into it later.
 		start = func() error { return g.Start(cmd) }
@@ -182,19 +220,27 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 			_ = cmd.Wait()         // reaped; its status says nothing more
 		}
 		ctl.close()
+		planW.Close()
 		if unshared {
 			return nil, fmt.Errorf("start sandbox init: %w", err)
 		}
 		return nil, fmt.Errorf("start sandbox init: %w (are user namespaces enabled? see airlock doctor)", err)
 	}
-	child.Close()
-	planR.Close()
+	in.ctl = ctl
 	go func() {
 		_ = cmd.Wait() // the status is read from ProcessState and the control messages
 		close(ctl.exited)
 	}()
-	b.fs.track(cmd.Process.Pid)
-	if err := handOver(b, ctl, planW, root); err != nil {
+	return in, nil
+}
+
+// handOver gives the init to b: it records who root inside is, watches
+// the cgroup, sends the plan and the idmapped grants, lets the init go
+// and routes its messages to b. On error the init is killed and reaped;
+// b's stage and limits are the caller's.
+func (in *initProc) handOver(b *box) (*control, error) {
+	ctl := in.ctl
+	if err := in.handOverPlan(b); err != nil {
 		ctl.stopWatchers()
 		ctl.kill()
 		<-ctl.exited
@@ -205,32 +251,51 @@ func startInit(b *box, cloneFlags uintptr) (*control, error) {
 	return ctl, nil
 }
 
-// handOver watches the init's cgroup, sends the plan and the idmapped
-// grants, and lets it go.
-func handOver(b *box, ctl *control, planW *os.File, root bool) error {
+func (in *initProc) handOverPlan(b *box) error {
+	defer in.planW.Close()
+	if in.root {
+		m := b.pl.IDMap
+		if uint32(in.hostID) < m.RootFirst || uint32(in.hostID)-m.RootFirst >= m.RootCount {
+			return fmt.Errorf("airlock bug: the init maps root inside to host id %d, outside the plan's range %d+%d", in.hostID, m.RootFirst, m.RootCount)
+		}
+		b.pl.IDMap.HostUID, b.pl.IDMap.HostGID = uint32(in.hostID), uint32(in.hostID)
+		b.sandboxID = in.hostID
+	}
+	b.fs.track(in.ctl.cmd.Process.Pid)
 	if b.lim.group != nil {
-		ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
+		in.ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
 	}
 	pb, err := b.pl.MarshalBinary()
 	if err == nil {
-		_, err = planW.Write(pb)
+		_, err = in.planW.Write(pb)
 	}
 	if err != nil {
 		return fmt.Errorf("send plan: %w", err)
 	}
-	planW.Close()
+	in.planW.Close()
 	var cloneFDs []int
-	if root {
-		if cloneFDs, err = cloneBinds(ctl.cmd.Process.Pid, b.pl); err != nil {
+	if in.root {
+		if cloneFDs, err = cloneBinds(in.ctl.cmd.Process.Pid, b.pl); err != nil {
 			return err
 		}
 	}
-	err = nsinit.Send(ctl.sock, nsinit.Message{Type: nsinit.MsgGo, IDMaps: len(cloneFDs)}, cloneFDs...)
+	err = nsinit.Send(in.ctl.sock, nsinit.Message{Type: nsinit.MsgGo, IDMaps: len(cloneFDs)}, cloneFDs...)
 	closeFDs(cloneFDs)
 	if err != nil {
 		return fmt.Errorf("start sandbox: %w", err)
 	}
 	return nil
+}
+
+// discard kills an init no sandbox took and removes what was made for it.
+func (in *initProc) discard() {
+	in.ctl.kill()
+	<-in.ctl.exited
+	in.ctl.close()
+	in.planW.Close()
+	if in.group != nil {
+		_ = in.group.Destroy() // a group left behind is removed by the janitor's next pass
+	}
 }
 
 // cloneBinds clones every bind source of the plan, in plan order, with the

@@ -51,15 +51,23 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 	if c.Policy == nil {
 		return refuse(125, errNoPolicy)
 	}
+	cfg := c.Config
+	if cfg.Pool == nil && (cfg.Isolation == "" || cfg.Isolation == IsolationNamespaces) {
+		// Start the init while the plan compiles: a pool of one for this run.
+		if p, err := NewPool(PoolConfig{Size: 1, NoRefill: true, Executable: cfg.Executable}); err == nil {
+			defer p.Close()
+			cfg.Pool = p
+		}
+	}
 	pl, err := c.Plan()
 	if err != nil {
 		return refuse(planExitCode(err), err)
 	}
-	be, err := backendFor(c.Config)
+	be, err := backendFor(cfg, pl)
 	if err != nil {
 		return refuse(125, err)
 	}
-	b, err := startBox(ctx, c.Config, pl, be)
+	b, err := startBox(ctx, cfg, pl, be)
 	if err != nil {
 		rep := &Report{ExitCode: 125, Error: err.Error(), Denials: []Denial{}}
 		b.finishRun(rep, start)
@@ -115,10 +123,16 @@ func haltReport(rep *Report, sink audit.Sink, p *policy.Policy, h budget.Limit, 
 	addSuggestion(rep, ev)
 }
 
-// backendFor picks the backend of cfg.Isolation.
-func backendFor(cfg Config) (backend, error) {
+// backendFor picks the backend of cfg.Isolation for pl: for the
+// namespaces isolation, a warm init of cfg.Pool when one is ready.
+func backendFor(cfg Config, pl *plan.Plan) (backend, error) {
 	switch cfg.Isolation {
 	case "", IsolationNamespaces:
+		if cfg.Pool != nil {
+			if w := cfg.Pool.st.take(cfg, pl); w != nil {
+				return pooledBackend{w: w}, nil
+			}
+		}
 		return nsBackend{}, nil
 	case IsolationOCI:
 		return ociBackend{runtime: cfg.Runtime}, nil
@@ -141,14 +155,19 @@ func planExitCode(err error) int {
 	return 125
 }
 
-// hostID picks the unprivileged host uid/gid the sandbox runs as when the
-// supervisor is root, by the plan's rule (plan.IDMap: random per run, far
-// above ordinary accounts, so two sandboxes never share an identity with
-// each other or with a host user), and records it in the plan.
-func hostID(pl *plan.Plan) int {
+// pickHostID picks the unprivileged host uid/gid a sandbox runs as when
+// the supervisor is root, by the rule m (plan.IDMap: random per sandbox,
+// far above ordinary accounts, so two sandboxes never share an identity
+// with each other or with a host user).
+func pickHostID(m plan.IDMap) int {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
-	id := pl.IDMap.Pick(binary.LittleEndian.Uint32(b[:]))
-	pl.IDMap.HostUID, pl.IDMap.HostGID = id, id
-	return int(id)
+	return int(m.Pick(binary.LittleEndian.Uint32(b[:])))
+}
+
+// hostID picks the host uid/gid for pl and records it in the plan.
+func hostID(pl *plan.Plan) int {
+	id := pickHostID(pl.IDMap)
+	pl.IDMap.HostUID, pl.IDMap.HostGID = uint32(id), uint32(id)
+	return id
 }

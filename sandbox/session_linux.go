@@ -46,7 +46,7 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	be, err := backendFor(cfg)
+	be, err := backendFor(cfg, pl)
 	if err != nil {
 		return nil, err
 	}

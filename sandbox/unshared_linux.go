@@ -76,7 +76,7 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 		return nil, err
 	}
 	b.pl = pl
-	if err := b.openStageAndLimits(BackendLandlock); err != nil {
+	if err := b.openStageAndLimits(BackendLandlock, func() (*limits, error) { return newLimits(b.pl.Limits, b.sink) }); err != nil {
 		cleanup()
 		return nil, err
 	}
@@ -85,9 +85,6 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 		b.enf.Weaker = append(b.enf.Weaker, "namespaces: "+ub.why)
 	}
 	b.enf.Weaker = append(b.enf.Weaker, weakerUnshared...)
-	if b.pl.Proxy {
-		b.enf.Egress = EgressProxy
-	}
 	if os.Getuid() == 0 {
 		b.enf.Weaker = append(b.enf.Weaker, "uid: the sandbox runs as root's uid with every capability dropped (no user namespace to give it another): Landlock and seccomp, not file permissions, keep it from root's files")
 	}
@@ -97,7 +94,11 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 			break
 		}
 	}
-	ctl, err := startInit(b, 0)
+	in, err := startInit(b.cfg.Executable, 0, b.lim.group)
+	var ctl *control
+	if err == nil {
+		ctl, err = in.handOver(b)
+	}
 	if err != nil {
 		b.lim.finish(b)
 		b.stage.close()

@@ -118,20 +118,71 @@ func (g *Group) apply() (created []string, err error) {
 	if err := g.openDirs(len(created)); err != nil {
 		return created, err
 	}
-	for _, w := range g.plan.Limits {
+	return created, g.writeLimits(g.plan.Limits)
+}
+
+// writeLimits makes the limit writes ws. The caller holds g.mu or owns g
+// alone.
+func (g *Group) writeLimits(ws []Write) error {
+	for _, w := range ws {
 		err := g.write(w.Path, w.Value)
 		if errors.Is(err, unix.ENOENT) && w.IfMissing != nil {
 			w = *w.IfMissing
 			err = g.write(w.Path, w.Value)
 		}
 		if err != nil {
-			return created, err
+			return err
 		}
 		if w.Swap != "" {
 			g.swap = w.Swap
 		}
 	}
-	return created, nil
+	return nil
+}
+
+// Limit sets cfg's limits (cfg.Name is ignored) on a group that Create
+// made without them: a group made ahead of its sandbox, for a warm init
+// (sandbox.Pool), gets the limits of the sandbox it is given to before
+// anything runs in it. A limit whose controller the group lacks, or that
+// cgroup v2 did not enable in it, is a *ControllerError (errors.Is
+// ErrNoController); on any error the limits written so far stay and the
+// caller destroys the group.
+//
+// Preconditions:
+//   - nothing but a process waiting for its plan runs in the group
+func (g *Group) Limit(cfg Config) error {
+	cfg.Name = g.plan.Name
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.destroyed {
+		return fmt.Errorf("cgroup: limit %s: group is destroyed: Create a new one", g.plan.Name)
+	}
+	ws, err := g.plan.limitWrites(cfg)
+	if err != nil {
+		return err
+	}
+	err = g.writeLimits(ws)
+	if errors.Is(err, unix.ENOENT) {
+		// A v2 controller no limit asked for at Create is enabled only if
+		// the parent allows it: its files are missing otherwise.
+		return &ControllerError{Controller: controllerOf(err), Reason: "not enabled in this group (the parent cgroup did not delegate it)", Err: err}
+	}
+	return err
+}
+
+// controllerOf names the controller of the control file in err's path.
+func controllerOf(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		base := filepath.Base(pe.Path)
+		if c, _, ok := strings.Cut(base, "."); ok {
+			return c
+		}
+	}
+	return "unknown"
 }
 
 // Start starts cmd inside the group in every hierarchy: the process is in

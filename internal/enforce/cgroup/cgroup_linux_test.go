@@ -167,6 +167,43 @@ func TestCreateDestroy(t *testing.T) {
 	}
 }
 
+// TestLimitLater: a group made without limits gets them from Limit, as
+// Create would have written them, and a limit whose controller the group
+// was made without is a ControllerError.
+func TestLimitLater(t *testing.T) {
+	h := requireHost(t, cgroup.Memory, cgroup.Pids)
+	g := newGroup(t, h, cgroup.Config{})
+	if err := g.Limit(cgroup.Config{MemoryBytes: 64 << 20, Pids: 5}); err != nil {
+		t.Fatalf("Limit: %v", err)
+	}
+	ref := newGroup(t, h, cgroup.Config{MemoryBytes: 64 << 20, Pids: 5})
+	if got, want := g.Status().Swap, ref.Status().Swap; got != want {
+		t.Errorf("Status().Swap = %q, want %q as Create sets it", got, want)
+	}
+	for _, d := range g.Status().Dirs {
+		for _, f := range []string{"pids.max", "memory.max", "memory.limit_in_bytes"} {
+			b, err := os.ReadFile(filepath.Join(d, f))
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			want := map[string]string{"pids.max": "5", "memory.max": "67108864", "memory.limit_in_bytes": "67108864"}[f]
+			if err != nil || strings.TrimSpace(string(b)) != want {
+				t.Errorf("%s/%s = %q, %v; want %s", d, f, b, err, want)
+			}
+		}
+	}
+	noMem := h
+	noMem.Controllers = map[string]string{cgroup.Pids: h.Controllers[cgroup.Pids]}
+	g2 := newGroup(t, noMem, cgroup.Config{})
+	var ce *cgroup.ControllerError
+	if err := g2.Limit(cgroup.Config{MemoryBytes: 64 << 20}); !errors.As(err, &ce) || ce.Controller != cgroup.Memory {
+		t.Errorf("Limit(memory) on a group without it = %v, want a ControllerError for memory", err)
+	}
+	if err := g2.Limit(cgroup.Config{Pids: -1}); err == nil {
+		t.Error("Limit with a negative pids limit = nil, want an error")
+	}
+}
+
 func TestCreateErrors(t *testing.T) {
 	h := requireHost(t, cgroup.Pids)
 	noMem := h

@@ -17,6 +17,9 @@ func Detect() (Host, error) { return Host{}, errUnsupported }
 // Create returns an error wrapping errors.ErrUnsupported.
 func Create(h Host, cfg Config) (*Group, error) { return nil, errUnsupported }
 
+// Limit returns an error wrapping errors.ErrUnsupported.
+func (g *Group) Limit(cfg Config) error { return errUnsupported }
+
 // Start returns an error wrapping errors.ErrUnsupported.
 func (g *Group) Start(cmd *exec.Cmd) error { return errUnsupported }
 

@@ -147,26 +147,51 @@ func NewPlan(h Host, cfg Config) (Plan, error) {
 		}
 	}
 
+	p.Limits, _ = p.limitWrites(cfg) // the controllers were checked above
+	return p, nil
+}
+
+// limitWrites returns the writes that set cfg's limits in the plan's
+// directories, or a *ControllerError for a limit whose controller none of
+// them holds.
+func (p Plan) limitWrites(cfg Config) ([]Write, error) {
+	var ws []Write
+	dir := func(c string) (Dir, error) {
+		d, ok := p.dir(c)
+		if !ok {
+			return Dir{}, &ControllerError{Controller: c, Reason: "the group was made without it"}
+		}
+		return d, nil
+	}
 	if cfg.MemoryBytes > 0 {
-		d, _ := p.dir(Memory)
-		p.Limits = append(p.Limits, memoryWrites(d, cfg.MemoryBytes)...)
+		d, err := dir(Memory)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, memoryWrites(d, cfg.MemoryBytes)...)
 	}
 	if cfg.Pids > 0 {
-		d, _ := p.dir(Pids)
-		p.Limits = append(p.Limits, Write{Path: filepath.Join(d.Path, "pids.max"), Value: itoa(cfg.Pids)})
+		d, err := dir(Pids)
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, Write{Path: filepath.Join(d.Path, "pids.max"), Value: itoa(cfg.Pids)})
 	}
 	if cfg.CPUQuota > 0 {
-		d, _ := p.dir(CPU)
+		d, err := dir(CPU)
+		if err != nil {
+			return nil, err
+		}
 		q := itoa(quotaUS(cfg.CPUQuota))
 		if d.V2 {
-			p.Limits = append(p.Limits, Write{Path: filepath.Join(d.Path, "cpu.max"), Value: q + " " + itoa(cpuPeriodUS)})
+			ws = append(ws, Write{Path: filepath.Join(d.Path, "cpu.max"), Value: q + " " + itoa(cpuPeriodUS)})
 		} else {
-			p.Limits = append(p.Limits,
+			ws = append(ws,
 				Write{Path: filepath.Join(d.Path, "cpu.cfs_period_us"), Value: itoa(cpuPeriodUS)},
 				Write{Path: filepath.Join(d.Path, "cpu.cfs_quota_us"), Value: q})
 		}
 	}
-	return p, nil
+	return ws, nil
 }
 
 // memoryWrites limits memory in d to n bytes with swap kept out of it.
