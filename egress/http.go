@@ -53,7 +53,7 @@ func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
 // its requests are https:// ones, sent over TLS.
 func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, deadline time.Time, tunnel string, pre net.Conn, secure bool) {
 	up := &upstream{pre: pre, secure: secure}
-	defer up.close()
+	defer up.release(p)
 	for first := true; ; first = false {
 		if br != nil {
 			// What br read past the last request is the start of the next one.
@@ -101,7 +101,7 @@ func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, dead
 			writeError(c, http.StatusBadRequest, "airlock: CONNECT inside a CONNECT tunnel is refused")
 			return
 		case req.Method == http.MethodConnect:
-			up.close() // the tunnel may last long; a kept upstream connection would wait with it
+			up.release(p) // the tunnel may last long; a kept upstream connection would wait with it
 			p.handleConnect(c, hr, br, req, deadline)
 			return
 		case tunnel != "":
@@ -239,8 +239,8 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" answered in an encoding ("+resp.Header.Get("Content-Encoding")+") airlock cannot search for the credential it added, so the response was withheld")
 		return false
 	}
-	keep := !req.Close && req.ProtoAtLeast(1, 1)
-	if !writeResponse(up.client, req, resp, keep) {
+	written, keep := writeResponse(up.client, req, resp, !req.Close && req.ProtoAtLeast(1, 1))
+	if !written {
 		return false
 	}
 	// The upstream is done with the client's body: br is ours again.
@@ -311,11 +311,13 @@ func outbound(req *http.Request, d *decision, secure bool) (*http.Request, <-cha
 	return out, done
 }
 
-// writeResponse copies resp to the client through bw. The upstream
+// writeResponse copies resp to the client through bw and reports whether
+// it was written whole, and whether the client connection may carry
+// another request (keep, unless the response must end it). The upstream
 // reader flushes bw whenever the upstream makes the proxy wait, so
 // streamed responses stay streamed, and a response that has arrived whole
 // goes out in one write.
-func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, keep bool) bool {
+func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, keep bool) (written, stays bool) {
 	removeHopByHop(resp.Header)
 	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
 	resp.Close = !keep
@@ -330,10 +332,10 @@ func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, kee
 	resp.Trailer = nil
 	// writerOnly hides bw.ReadFrom, which reads into bw's buffer and would
 	// be corrupted by the flush the upstream reader makes before it waits.
-	if err := resp.Write(writerOnly{bw}); err != nil {
-		return false
+	if err := resp.Write(writerOnly{bw}); err != nil || bw.Flush() != nil {
+		return false, false
 	}
-	return bw.Flush() == nil && !resp.Close
+	return true, !resp.Close
 }
 
 // redact removes the credentials' values from s.

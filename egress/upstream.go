@@ -23,39 +23,67 @@ const (
 	maxResponseHead = 1 << 20
 )
 
-// upstream sends the requests of one client connection on one upstream
-// connection, which the client connection's goroutine owns: a request and
-// its response pass no goroutine but the client's, except a request body,
-// which a goroutine of its own writes while the response is read (an
-// upstream may answer before it has read the whole body).
+// upstream sends the requests of one client connection, each on an
+// upstream connection that the client connection's goroutine owns while
+// it carries the request: a request and its response pass no goroutine
+// but the client's, except a request body, which a goroutine of its own
+// writes while the response is read (an upstream may answer before it has
+// read the whole body).
 //
-// The connection is kept between requests only while they decide to the
-// destination it was dialed for: the same host and port, the same checked
-// addresses (so it goes to an address the new decision checked) and the
-// same credential context (the host fixes the credentials; secure and the
-// addresses fix whether they are added and the response decoded). It is
-// never reused for anything else, nor after a request or response that
-// was not carried whole, nor when the upstream sent bytes no request asked
-// for: it is closed and a new one dialed.
+// A connection carries a request only for the key it was dialed for
+// (upKey: the same host and port, the same checked addresses, the same
+// credential context). Between requests it stays with the client
+// connection, or, once that moves to another key or ends, waits in the
+// proxy's idlePool for a request with its key from any client connection
+// of the proxy. A connection that did not carry its request and response
+// whole, or whose upstream sent bytes no request asked for or closed it,
+// is closed instead, never reused.
 type upstream struct {
-	pre    net.Conn      // a connection dialed before the first request (a Tunnel's), used once
+	pre    net.Conn      // a connection dialed before the first request (a Tunnel's), used once, never pooled
 	secure bool          // requests go over TLS (a tunnel the proxy terminated)
 	client *bufio.Writer // the client connection's writer; nil until the first response
 
-	// What conn was dialed for.
-	target string
-	addrs  []netip.AddrPort
-	decode bool
-
-	conn  net.Conn       // the open connection, nil when none; TLS over raw when secure
-	raw   net.Conn       // the connection that was dialed (the proxy tracks it)
-	r     upstreamReader // reads conn for br
-	br    *bufio.Reader
-	bw    *bufio.Writer
+	uc    *upConn    // the connection of the request in flight or the last one, nil when none
+	busy  bool       // uc has not carried its request and response whole (yet)
 	wrote chan error // the body writer's result for the request in flight; nil without one
 	eof   bool       // the response in flight was read to its end
 	last  bool       // the response in flight closes the connection
 }
+
+// upKey is what an upstream connection was dialed for: a request whose
+// decision differs in any of it never uses the connection. The host fixes
+// the credentials; secure and the addresses fix whether they are added,
+// and decode whether the proxy decodes the response.
+type upKey struct {
+	target string           // the decision's host:port
+	addrs  []netip.AddrPort // the decision's checked addresses, in order
+	decode bool             // credentials were added: the proxy negotiates the encoding
+	secure bool             // TLS the proxy made, verified for target's host
+}
+
+func (k upKey) equal(o upKey) bool {
+	return k.target == o.target && slices.Equal(k.addrs, o.addrs) && k.decode == o.decode && k.secure == o.secure
+}
+
+// upConn is an upstream connection and what it was dialed for.
+type upConn struct {
+	key   upKey
+	conn  net.Conn       // TLS over raw when key.secure
+	raw   net.Conn       // the connection that was dialed (the proxy tracks it)
+	r     upstreamReader // reads conn for br
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	reuse bool // not a Tunnel's connection: may wait in the idle pool
+}
+
+func (uc *upConn) close() {
+	uc.conn.Close()
+	uc.raw.Close() // the TLS close may not reach it; tracking ends here
+}
+
+// idle reports whether uc may carry another request: the upstream has
+// neither closed it nor sent anything since its last response.
+func (uc *upConn) idle() bool { return uc.br.Buffered() == 0 && idle(uc.raw) }
 
 // upstreamReader reads an upstream connection. Before each read, which
 // may wait for the upstream, it flushes what was written to the client,
@@ -91,23 +119,24 @@ func (r *upstreamReader) Read(b []byte) (int, error) {
 }
 
 // dial returns pre when it goes to one of d's checked addresses (once),
-// else a new connection to them.
-func (u *upstream) dial(ctx context.Context, p *Proxy, d *decision) (net.Conn, error) {
+// else a new connection to them; reuse says it is not pre.
+func (u *upstream) dial(ctx context.Context, p *Proxy, d *decision) (c net.Conn, reuse bool, err error) {
 	if c := u.pre; c != nil {
 		u.pre = nil
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && slices.Contains(d.addrs, netip.AddrPortFrom(a.AddrPort().Addr().Unmap(), a.AddrPort().Port())) {
-			return c, nil
+			return c, false, nil
 		}
 	}
-	return p.dial(ctx, d)
+	c, err = p.dial(ctx, d)
+	return c, true, err
 }
 
 // open dials d's checked addresses (with TLS verified for d's host when
-// secure) and makes the connection the one for d and decode.
-func (u *upstream) open(p *Proxy, d *decision, decode bool) error {
-	raw, err := u.dial(p.ctx, p, d)
+// secure) for key.
+func (u *upstream) open(p *Proxy, d *decision, key upKey) (*upConn, error) {
+	raw, reuse, err := u.dial(p.ctx, p, d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn := raw
 	if u.secure {
@@ -115,35 +144,60 @@ func (u *upstream) open(p *Proxy, d *decision, decode bool) error {
 		tc := tls.Client(raw, &tls.Config{ServerName: d.host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
 		if err := tc.HandshakeContext(p.ctx); err != nil {
 			raw.Close()
-			return err
+			return nil, err
 		}
 		conn = tc
 	}
-	u.target, u.addrs, u.decode = d.target, d.addrs, decode
-	u.conn, u.raw = conn, raw
-	u.r = upstreamReader{conn: conn, client: u.client, limit: -1}
-	u.br = bufio.NewReaderSize(&u.r, upstreamBuf)
-	u.bw = bufio.NewWriterSize(conn, upstreamBuf)
-	return nil
+	uc := &upConn{key: key, conn: conn, raw: raw, reuse: reuse}
+	uc.r = upstreamReader{conn: conn, limit: -1}
+	uc.br = bufio.NewReaderSize(&uc.r, upstreamBuf)
+	uc.bw = bufio.NewWriterSize(conn, upstreamBuf)
+	return uc, nil
 }
 
-// close closes the open connection, if any. A body writer still running
-// ends when its write or its read of the client fails.
-func (u *upstream) close() {
-	if u.conn != nil {
-		u.conn.Close()
-		u.raw.Close() // the TLS close may not reach it; tracking ends here
-		u.conn, u.raw, u.br, u.bw = nil, nil, nil, nil
+// take returns an idle connection for key, the client connection's own or
+// one from the pool, or nil.
+func (u *upstream) take(p *Proxy, key upKey) *upConn {
+	if uc := u.uc; uc != nil {
+		switch {
+		case u.busy:
+			u.drop()
+		case !uc.key.equal(key):
+			u.release(p) // it waits for a request of its own key
+		case uc.idle():
+			return uc
+		default:
+			u.drop()
+		}
+	}
+	for {
+		uc := p.idlePool.get(key)
+		if uc == nil || uc.idle() {
+			return uc
+		}
+		uc.close()
 	}
 }
 
-// reusable reports whether the open connection may carry a request for d
-// and decode: it was dialed for the same destination and credential
-// context, and it is idle (the upstream has neither closed it nor sent
-// anything since the last response).
-func (u *upstream) reusable(d *decision, decode bool) bool {
-	return u.target == d.target && slices.Equal(u.addrs, d.addrs) && u.decode == decode &&
-		u.br.Buffered() == 0 && idle(u.raw)
+// release gives the client connection's connection to the pool when it
+// carried its last request whole, and closes it otherwise: the client
+// connection ends, takes a tunnel or moves to another key.
+func (u *upstream) release(p *Proxy) {
+	if u.uc != nil && u.busy {
+		u.drop()
+	}
+	if u.uc != nil {
+		p.keep(u.uc)
+		u.uc = nil
+	}
+}
+
+// drop closes the connection.
+func (u *upstream) drop() {
+	if u.uc != nil {
+		u.uc.close()
+		u.uc, u.busy = nil, false
+	}
 }
 
 // roundTrip sends out, built for decision d, upstream and returns the
@@ -164,15 +218,16 @@ func (u *upstream) roundTrip(p *Proxy, d *decision, decode bool, out *http.Reque
 		gz = true
 		out.Header.Set("Accept-Encoding", "gzip")
 	}
-	if u.conn != nil && !u.reusable(d, decode) {
-		u.close()
-	}
+	key := upKey{target: d.target, addrs: d.addrs, decode: decode, secure: u.secure}
 	for retry := true; ; retry = false {
-		kept := u.conn != nil
+		u.uc = u.take(p, key)
+		kept := u.uc != nil
 		if !kept {
-			if err := u.open(p, d, decode); err != nil {
+			uc, err := u.open(p, d, key)
+			if err != nil {
 				return nil, err
 			}
+			u.uc = uc
 		}
 		resp, err := u.exchange(p, out)
 		if err == nil {
@@ -185,48 +240,49 @@ func (u *upstream) roundTrip(p *Proxy, d *decision, decode bool, out *http.Reque
 			}
 			return resp, nil
 		}
-		got := u.r.n
-		u.close()
+		got := u.uc.r.n
+		u.drop()
 		if !retry || !kept || got > 0 || u.wrote != nil || !replayable(out) {
 			return nil, err
 		}
 	}
 }
 
-// exchange writes out on the open connection and reads the response
-// head: the first that is not informational (1xx), which are dropped as
-// http.Transport drops them. A body is written by a goroutine of its own.
+// exchange writes out on u.uc and reads the response head: the first
+// that is not informational (1xx), which are dropped as http.Transport
+// drops them. A body is written by a goroutine of its own.
 func (u *upstream) exchange(p *Proxy, out *http.Request) (*http.Response, error) {
-	u.eof, u.last, u.wrote = false, false, nil
-	u.r.n, u.r.limit = 0, maxResponseHead
+	uc := u.uc
+	u.busy, u.eof, u.last, u.wrote = true, false, false, nil
+	uc.r.client, uc.r.n, uc.r.limit = u.client, 0, maxResponseHead
 	if out.Body == http.NoBody {
-		err := out.Write(u.bw)
+		err := out.Write(uc.bw)
 		if err == nil {
-			err = u.bw.Flush()
+			err = uc.bw.Flush()
 		}
 		if err != nil {
 			return nil, err
 		}
 	} else {
-		wrote, conn, bw := make(chan error, 1), u.conn, u.bw
+		wrote := make(chan error, 1)
 		u.wrote = wrote
 		p.wg.Add(1) // the handler holds the proxy's count: Close waits for this too
 		go func() {
 			defer p.wg.Done()
-			err := out.Write(bw)
+			err := out.Write(uc.bw)
 			if err == nil {
-				err = bw.Flush()
+				err = uc.bw.Flush()
 			}
 			if err != nil {
-				conn.Close() // an upstream waiting for the rest of the body answers nothing
+				uc.conn.Close() // an upstream waiting for the rest of the body answers nothing
 			}
 			wrote <- err
 		}()
 	}
 	for {
-		resp, err := http.ReadResponse(u.br, out)
+		resp, err := http.ReadResponse(uc.br, out)
 		if err != nil {
-			if u.r.limit == 0 {
+			if uc.r.limit == 0 {
 				err = errResponseHead
 			}
 			return nil, err
@@ -237,7 +293,7 @@ func (u *upstream) exchange(p *Proxy, out *http.Request) (*http.Response, error)
 		case c >= 100 && c <= 199:
 			continue
 		}
-		u.r.limit = -1
+		uc.r.limit = -1
 		u.last = resp.Close
 		if resp.Body == http.NoBody {
 			u.eof = true
@@ -254,7 +310,7 @@ func (u *upstream) exchange(p *Proxy, out *http.Request) (*http.Response, error)
 // nothing came after it. finish reports whether the client's body was
 // consumed (bodyDone), so the client connection is at its next request.
 func (u *upstream) finish(bodyDone <-chan struct{}) bool {
-	clean := u.conn != nil && u.eof && !u.last && u.br.Buffered() == 0
+	clean := u.uc != nil && u.eof && !u.last && u.uc.br.Buffered() == 0
 	if u.wrote != nil {
 		select {
 		case err := <-u.wrote:
@@ -262,7 +318,7 @@ func (u *upstream) finish(bodyDone <-chan struct{}) bool {
 		default:
 			// Still writing: the upstream answered before it read the
 			// whole body, or the client has not sent it.
-			u.close()
+			u.drop()
 			select {
 			case <-bodyDone:
 				<-u.wrote // past the client's body, its write fails now
@@ -275,8 +331,9 @@ func (u *upstream) finish(bodyDone <-chan struct{}) bool {
 		u.wrote = nil
 	}
 	if !clean {
-		u.close()
+		u.drop()
 	}
+	u.busy = false
 	select {
 	case <-bodyDone:
 		return true
@@ -303,7 +360,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 
 func (b *upstreamBody) Close() error {
 	if !b.u.eof {
-		b.u.close()
+		b.u.drop()
 	}
 	return nil
 }

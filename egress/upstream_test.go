@@ -70,9 +70,10 @@ func readRequest(br *bufio.Reader) *http.Request {
 
 // proxyConn is one keep-alive client connection to the proxy.
 type proxyConn struct {
-	t  *testing.T
-	c  net.Conn
-	br *bufio.Reader
+	t     *testing.T
+	c     net.Conn
+	br    *bufio.Reader
+	close bool // requests say Connection: close
 }
 
 func dialProxy(t *testing.T, h *harness) *proxyConn {
@@ -94,6 +95,9 @@ func (pc *proxyConn) do(method, hostPort, path, body string) (int, string) {
 	if body != "" {
 		req += fmt.Sprintf("Content-Length: %d\r\n", len(body))
 	}
+	if pc.close {
+		req += "Connection: close\r\n"
+	}
 	if _, err := io.WriteString(pc.c, req+"\r\n"+body); err != nil {
 		pc.t.Fatalf("%s %s: write: %v", method, hostPort, err)
 	}
@@ -109,13 +113,22 @@ func (pc *proxyConn) do(method, hostPort, path, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestUpstreamReuse: a client connection's requests share an upstream
-// connection only while they decide to the same host and port, the same
-// checked addresses and the same credentials; a request for another
-// host, another resolution or another credential context never travels
-// on a connection dialed for something else, and a credential never
-// reaches a host it is not for.
+// TestUpstreamReuse: requests share an upstream connection, on one
+// client connection or across client connections (the proxy's idle pool),
+// only while they decide to the same host and port, the same checked
+// addresses and the same credentials; a request for another host, another
+// resolution or another credential context never travels on a connection
+// dialed for something else, and a credential never reaches a host it is
+// not for.
 func TestUpstreamReuse(t *testing.T) {
+	for _, newConn := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one-client-connection", true: "connection-per-request"}[newConn], func(t *testing.T) {
+			testUpstreamReuse(t, newConn)
+		})
+	}
+}
+
+func testUpstreamReuse(t *testing.T, newConn bool) {
 	type seen struct{ host, conn, auth string }
 	var mu sync.Mutex
 	var got []seen
@@ -159,10 +172,18 @@ func TestUpstreamReuse(t *testing.T) {
 		{"rebind.test", "rebind 2", false}, // resolved to other addresses
 		{"rebind.test", "rebind 2", true},
 	}
-	pc := dialProxy(t, h)
+	var pc *proxyConn
 	for i, s := range steps {
+		if pc == nil || newConn {
+			pc = dialProxy(t, h)
+			pc.close = newConn
+		}
 		if status, body := pc.do("GET", hp(s.host), "/", ""); status != 200 || body != "ok" {
 			t.Fatalf("request %d to %s = %d %q, want 200 ok", i+1, s.host, status, body)
+		}
+		if newConn {
+			// The upstream connection is kept once the client's is done.
+			waitFor(t, "the proxy to end the client connection", func() bool { return h.p.Stats().Open == 0 })
 		}
 	}
 	mu.Lock()
@@ -193,6 +214,82 @@ func TestUpstreamReuse(t *testing.T) {
 			t.Errorf("request %d (%s) carried Authorization %q, want %q: the credential is for cred.test only", i+1, s.key, g.auth, wantAuth)
 		}
 	}
+	if len(owner) != 6 {
+		t.Errorf("the requests used %d upstream connections, want 6, one per key", len(owner))
+	}
+}
+
+// poolServer is an upstream that counts the connections it accepted and
+// those open, and a proxy granting it as many names as n (h0.pool.test,
+// h1.pool.test, ...) with hc's other settings.
+type poolServer struct {
+	open, accepted atomic.Int64
+	port           int
+	h              *harness
+}
+
+func newPoolServer(t *testing.T, n int, hc harnessConfig) *poolServer {
+	t.Helper()
+	ps := &poolServer{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			ps.open.Add(1)
+			ps.accepted.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			ps.open.Add(-1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	ps.port = srv.Listener.Addr().(*net.TCPAddr).Port
+	hc.resolve = map[string]string{}
+	for i := range n {
+		hc.resolve[fmt.Sprintf("h%d.pool.test", i)] = "127.0.0.1"
+	}
+	hc.hosts = []string{fmt.Sprintf("*.pool.test:%d", ps.port), fmt.Sprintf("127.0.0.1:%d", ps.port)}
+	ps.h = startProxy(t, hc)
+	return ps
+}
+
+// get sends one request to host i on a client connection of its own, and
+// waits until the proxy has ended that connection.
+func (ps *poolServer) get(t *testing.T, i int) {
+	t.Helper()
+	pc := dialProxy(t, ps.h)
+	pc.close = true
+	hp := net.JoinHostPort(fmt.Sprintf("h%d.pool.test", i), strconv.Itoa(ps.port))
+	if status, body := pc.do("GET", hp, "/", ""); status != 200 || body != "ok" {
+		t.Fatalf("GET %s = %d %q", hp, status, body)
+	}
+	waitFor(t, "the proxy to end the client connection", func() bool { return ps.h.p.Stats().Open == 0 })
+}
+
+// TestUpstreamPoolBound: the upstream connections a proxy keeps between
+// requests are at most MaxIdleUpstreams however many hosts the sandbox
+// asks for, the least recently used closed first, and each is closed once
+// it has waited IdleTimeout.
+func TestUpstreamPoolBound(t *testing.T) {
+	const n = egress.MaxIdleUpstreams + 8
+	ps := newPoolServer(t, n, harnessConfig{idle: 2 * time.Second})
+	for i := range n {
+		ps.get(t, i)
+	}
+	waitFor(t, "the upstream connections beyond the bound to close", func() bool { return ps.open.Load() <= egress.MaxIdleUpstreams })
+	if got := ps.open.Load(); got != egress.MaxIdleUpstreams {
+		t.Errorf("%d upstream connections open after %d hosts, want %d kept", got, n, egress.MaxIdleUpstreams)
+	}
+	before := ps.accepted.Load()
+	ps.get(t, n-1) // kept
+	if got := ps.accepted.Load() - before; got != 0 {
+		t.Errorf("the most recent host's request opened %d connections, want its kept one reused", got)
+	}
+	ps.get(t, 0) // closed first
+	if got := ps.accepted.Load() - before; got != 1 {
+		t.Errorf("the least recent host's request opened %d connections, want 1: its connection was the first closed", got)
+	}
+	waitFor(t, "kept connections to close after IdleTimeout", func() bool { return ps.open.Load() == 0 })
 }
 
 // TestUpstreamUnsolicited: bytes an upstream sends that no request asked
@@ -441,5 +538,67 @@ func TestUpstreamClientBodyFails(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Errorf("status = %d, want 502", resp.StatusCode)
+	}
+}
+
+// TestUpstreamPoolGivesWay: kept upstream connections and client
+// connections together stay within MaxConns, so a sandbox holds at most
+// two of the supervisor's fds per connection it may open: the pool keeps
+// fewer when MaxConns is small, and closes what it keeps as clients
+// connect.
+func TestUpstreamPoolGivesWay(t *testing.T) {
+	const maxConns = 4
+	ps := newPoolServer(t, 10, harnessConfig{conns: maxConns})
+	for i := range 10 {
+		ps.get(t, i)
+	}
+	waitFor(t, "the kept connections to fit in MaxConns", func() bool { return ps.open.Load() < maxConns })
+	// Clients that hold every connection MaxConns allows leave the pool no room.
+	for range maxConns {
+		c, err := net.Dial("tcp", ps.h.httpAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitFor(t, "the proxy to serve the clients", func() bool { return ps.h.p.Stats().Open == maxConns })
+	waitFor(t, "the kept connections to close", func() bool { return ps.open.Load() == 0 })
+}
+
+// TestUpstreamAbandoned: a response the client stops reading (it closes
+// its connection mid-body) leaves its upstream connection closed, never
+// kept: the next request, from another client connection, gets its own
+// response, not the rest of the abandoned one.
+func TestUpstreamAbandoned(t *testing.T) {
+	chunk := strings.Repeat("x", 32<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/endless" {
+			io.WriteString(w, "small")
+			return
+		}
+		for { // until the proxy closes the connection
+			if _, err := io.WriteString(w, chunk); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	hp := net.JoinHostPort("up.test", strconv.Itoa(port))
+	h := startProxy(t, harnessConfig{
+		hosts:   []string{hp, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))},
+		resolve: map[string]string{"up.test": "127.0.0.1"},
+	})
+	pc := dialProxy(t, h)
+	fmt.Fprintf(pc.c, "GET http://%s/endless HTTP/1.1\r\nHost: %s\r\n\r\n", hp, hp)
+	if _, err := http.ReadResponse(pc.br, nil); err != nil {
+		t.Fatal(err)
+	}
+	pc.c.Close() // mid-body
+	waitFor(t, "the proxy to end the client connection", func() bool { return h.p.Stats().Open == 0 })
+	for i := range 3 {
+		if status, body := dialProxy(t, h).do("GET", hp, "/small", ""); status != 200 || body != "small" {
+			t.Fatalf("request %d after the abandoned one = %d %.40q, want 200 small", i+1, status, body)
+		}
 	}
 }
