@@ -3,15 +3,17 @@ package egress_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
-// Run with: go test -run='^$' -bench='Direct|ViaProxy|Decide' -benchtime=2000x ./egress/
+// Run with: go test -run='^$' -bench='Direct|ViaProxy|ViaRelay|Decide' -benchtime=2000x ./egress/
 // Compare the minimums of interleaved runs (-count), see DESIGN.md §7.
 
 var benchLimits = budget.Limits{Ops: 1 << 62, Wall: 1 << 62}
@@ -64,6 +66,65 @@ func BenchmarkViaProxy(b *testing.B) {
 			}
 			defer tr.CloseIdleConnections()
 			benchGet(b, &http.Client{Transport: tr}, "http://"+tg.hostPort("allowed.test")+"/")
+		})
+	}
+}
+
+// BenchmarkViaRelay is the floor under BenchmarkViaProxy: a relay that
+// copies bytes both ways between the client and the target, dialed once
+// the request head has arrived, as the proxy dials once it has decided,
+// and that parses, decides and audits nothing. What it adds over
+// BenchmarkDirect is the extra loopback hop each way (two more writes and
+// wakeups per request, a dial and an accept per new connection), which
+// any proxy pays.
+func BenchmarkViaRelay(b *testing.B) {
+	tg := newTarget(b, "allowed")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				head := make([]byte, 4<<10)
+				n, err := c.Read(head)
+				if err != nil {
+					return
+				}
+				u, err := net.Dial("tcp", tg.hostPort("127.0.0.1"))
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				if _, err := u.Write(head[:n]); err != nil {
+					return
+				}
+				go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+				io.Copy(c, u)
+			}()
+		}
+	}()
+	for _, m := range benchModes {
+		b.Run(m.name, func(b *testing.B) {
+			// The target answers the absolute-URI request it is relayed.
+			tr := &http.Transport{
+				Proxy:             http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String()}),
+				DisableKeepAlives: !m.keepAlive,
+			}
+			defer tr.CloseIdleConnections()
+			benchGet(b, &http.Client{Transport: tr}, "http://"+tg.hostPort("127.0.0.1")+"/")
 		})
 	}
 }

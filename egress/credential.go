@@ -172,9 +172,9 @@ func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
 // addCredentials sets the credentials for the request's host on h,
 // replacing whatever the client sent under those names, and makes the
-// proxy the one that negotiates the response's encoding (the transport
-// asks for gzip and decodes it), so the response can be searched for the
-// values. It audits each one added, never its value.
+// proxy the one that negotiates the response's encoding (the upstream
+// request asks for gzip, which the proxy decodes), so the response can be
+// searched for the values. It audits each one added, never its value.
 //
 // Over plain HTTP (secure false) it adds them only when every address of
 // the host is on this machine or a private network (listed exactly in

@@ -39,8 +39,11 @@
 // bounds what the sandbox can make it hold: each accepted connection costs
 // an op, at most Config.MaxConns are served at once (more are closed at
 // once and audited), a client has one deadline from accept for its whole
-// request head, SOCKS handshake or ClientHello, and a connection holds only
-// a small buffer until its head is complete.
+// request head, SOCKS handshake or ClientHello, a connection holds only
+// a small buffer until its head is complete, and at most MaxIdleUpstreams
+// upstream connections are kept open between requests, each for at most
+// IdleTimeout. A kept upstream connection carries only requests that
+// decide to the host, checked addresses and credentials it was dialed for.
 //
 // The proxy is written on net/http and net instead of a general proxy
 // library on purpose: it is small, every decision is visible in this

@@ -195,6 +195,8 @@ type harnessConfig struct {
 	skipSNI bool
 	advice  bool          // egress.Config.AgentAdvice
 	timeout time.Duration // egress.Config.HandshakeTimeout; 0 for the default
+	idle    time.Duration // egress.Config.IdleTimeout; 0 for the default
+	conns   int           // egress.Config.MaxConns; 0 for the default
 	via     string        // viaConnect (the default) or viaTransparent
 	creds   []egress.Credential
 	ca      *egress.CA
@@ -219,7 +221,7 @@ func startProxy(t testing.TB, hc harnessConfig) *harness {
 	}
 	h.p, err = egress.New(egress.Config{
 		Policy: pol, Meter: h.meter, Audit: h.rec, Resolver: h.res, Dialer: h.dialer,
-		SkipSNICheck: hc.skipSNI, AgentAdvice: hc.advice, HandshakeTimeout: hc.timeout,
+		SkipSNICheck: hc.skipSNI, AgentAdvice: hc.advice, HandshakeTimeout: hc.timeout, IdleTimeout: hc.idle, MaxConns: hc.conns,
 		Credentials: hc.creds, CA: hc.ca, UpstreamRoots: hc.roots,
 	})
 	if err != nil {

@@ -3,17 +3,13 @@ package egress
 import (
 	"bufio"
 	"bytes"
-	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/textproto"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,7 +53,7 @@ func (p *Proxy) handleHTTP(c net.Conn, accepted time.Time) {
 // its requests are https:// ones, sent over TLS.
 func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, deadline time.Time, tunnel string, pre net.Conn, secure bool) {
 	up := &upstream{pre: pre, secure: secure}
-	defer up.close()
+	defer up.release(p)
 	for first := true; ; first = false {
 		if br != nil {
 			// What br read past the last request is the start of the next one.
@@ -105,6 +101,7 @@ func (p *Proxy) serveRequests(c net.Conn, hr *headReader, br *bufio.Reader, dead
 			writeError(c, http.StatusBadRequest, "airlock: CONNECT inside a CONNECT tunnel is refused")
 			return
 		case req.Method == http.MethodConnect:
+			up.release(p) // the tunnel may last long; a kept upstream connection would wait with it
 			p.handleConnect(c, hr, br, req, deadline)
 			return
 		case tunnel != "":
@@ -144,7 +141,9 @@ type rawHead struct {
 // inspectHead parses the head with the same textproto reader net/http uses
 // and refuses the framing that request smuggling relies on.
 func inspectHead(head []byte) (rawHead, error) {
-	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	// A buffer the size of the head, which is already in memory: the
+	// default 4 KiB would be most of what a request costs to parse.
+	tp := textproto.NewReader(bufio.NewReaderSize(bytes.NewReader(head), len(head)))
 	if _, err := tp.ReadLine(); err != nil {
 		return rawHead{}, fmt.Errorf("malformed request line: %v", err)
 	}
@@ -224,30 +223,28 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 	creds := p.addCredentials(out.Header, d, up.secure)
 	if v := req.Header.Get("Expect"); strings.EqualFold(v, "100-continue") {
 		// The client holds its body until told to send it; the upstream
-		// request carries no Expect, so the transport sends it at once.
+		// request carries no Expect, so its body is sent at once.
 		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 	}
-	resp, err := up.transport(p, d, len(creds) > 0).RoundTrip(out)
+	if up.client == nil {
+		up.client = bufio.NewWriterSize(c, bodyBuf)
+	}
+	resp, err := up.roundTrip(p, d, len(creds) > 0, out)
 	if err != nil {
 		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" did not answer: "+redact(err.Error(), creds))
 		return false
 	}
-	defer resp.Body.Close()
+	defer resp.Body.Close() // closes the upstream connection unless the body was read to its end
 	if len(creds) > 0 && !redactResponse(resp, creds) {
 		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" answered in an encoding ("+resp.Header.Get("Content-Encoding")+") airlock cannot search for the credential it added, so the response was withheld")
 		return false
 	}
-	keep := !req.Close && req.ProtoAtLeast(1, 1)
-	if !p.writeResponse(c, req, resp, keep) {
+	written, keep := writeResponse(up.client, req, resp, !req.Close && req.ProtoAtLeast(1, 1))
+	if !written {
 		return false
 	}
-	select {
-	case <-bodyDone:
-		// The transport is done with the client's body; br is ours again.
-		return keep
-	default:
-		return false
-	}
+	// The upstream is done with the client's body: br is ours again.
+	return up.finish(bodyDone) && keep
 }
 
 // sameHost refuses a Host header that names another host or port than the
@@ -270,7 +267,7 @@ func (p *Proxy) sameHost(urlHost string, port, defPort uint16, header string) er
 
 // outbound builds the request sent upstream from the checked decision and
 // the client's request, which itself is never edited. bodyDone is closed
-// once the transport has closed the client's body.
+// once the upstream writer has closed the client's body.
 func outbound(req *http.Request, d *decision, secure bool) (*http.Request, <-chan struct{}) {
 	hostHeader := d.host
 	if d.isIP && strings.Contains(hostHeader, ":") {
@@ -314,9 +311,13 @@ func outbound(req *http.Request, d *decision, secure bool) (*http.Request, <-cha
 	return out, done
 }
 
-// writeResponse copies resp to the client, flushing whenever the upstream
-// makes us wait so streamed responses stay streamed.
-func (p *Proxy) writeResponse(c net.Conn, req *http.Request, resp *http.Response, keep bool) bool {
+// writeResponse copies resp to the client through bw and reports whether
+// it was written whole, and whether the client connection may carry
+// another request (keep, unless the response must end it). The upstream
+// reader flushes bw whenever the upstream makes the proxy wait, so
+// streamed responses stay streamed, and a response that has arrived whole
+// goes out in one write.
+func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, keep bool) (written, stays bool) {
 	removeHopByHop(resp.Header)
 	resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
 	resp.Close = !keep
@@ -329,81 +330,12 @@ func (p *Proxy) writeResponse(c net.Conn, req *http.Request, resp *http.Response
 		}
 	}
 	resp.Trailer = nil
-	bw := bufio.NewWriter(c)
-	resp.Body = flushBeforeRead{ReadCloser: resp.Body, w: bw}
 	// writerOnly hides bw.ReadFrom, which reads into bw's buffer and would
-	// be corrupted by the flush inside flushBeforeRead.Read.
-	if err := resp.Write(writerOnly{bw}); err != nil {
-		return false
+	// be corrupted by the flush the upstream reader makes before it waits.
+	if err := resp.Write(writerOnly{bw}); err != nil || bw.Flush() != nil {
+		return false, false
 	}
-	return bw.Flush() == nil && !resp.Close
-}
-
-// upstream caches one transport per client connection, reused only while
-// requests decide to the same host and the same checked addresses, so a
-// pooled connection can never carry a request for another destination.
-type upstream struct {
-	key    string
-	tr     *http.Transport
-	pre    net.Conn // a connection dialed before the first request, used once
-	secure bool     // requests go over TLS (a tunnel the proxy terminated)
-}
-
-// dial returns pre when it goes to one of d's checked addresses (once),
-// else a new connection to them.
-func (u *upstream) dial(ctx context.Context, p *Proxy, d *decision) (net.Conn, error) {
-	if c := u.pre; c != nil {
-		u.pre = nil
-		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && slices.Contains(d.addrs, netip.AddrPortFrom(a.AddrPort().Addr().Unmap(), a.AddrPort().Port())) {
-			return c, nil
-		}
-	}
-	return p.dial(ctx, d)
-}
-
-// transport returns the transport for d; decode says the proxy, not the
-// client, negotiates the response's encoding (a request with credentials,
-// whose response is searched for them).
-func (u *upstream) transport(p *Proxy, d *decision, decode bool) *http.Transport {
-	key := fmt.Sprintf("%s %s %v", d.target, addrList(d.addrs), decode)
-	if u.tr != nil && u.key == key {
-		return u.tr
-	}
-	u.close()
-	u.key = key
-	u.tr = &http.Transport{
-		// The address argument (from the URL) is ignored: only the
-		// addresses this decision checked are dialed.
-		DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return u.dial(ctx, p, d) },
-		Proxy:                  nil,
-		DisableCompression:     !decode, // otherwise pass Accept-Encoding and bodies through untouched
-		MaxIdleConnsPerHost:    1,
-		IdleConnTimeout:        p.idle,
-		MaxResponseHeaderBytes: 1 << 20,
-	}
-	if u.secure {
-		// Verified for the checked host against the configured roots.
-		u.tr.DialTLSContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			raw, err := u.dial(ctx, p, d)
-			if err != nil {
-				return nil, err
-			}
-			tc := tls.Client(raw, &tls.Config{ServerName: d.host, RootCAs: p.roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
-			if err := tc.HandshakeContext(ctx); err != nil {
-				raw.Close()
-				return nil, err
-			}
-			return tc, nil
-		}
-	}
-	return u.tr
-}
-
-func (u *upstream) close() {
-	if u.tr != nil {
-		u.tr.CloseIdleConnections()
-		u.tr = nil
-	}
+	return true, !resp.Close
 }
 
 // redact removes the credentials' values from s.
@@ -465,7 +397,7 @@ func writeError(c net.Conn, status int, msg string) {
 		status, http.StatusText(status), len(msg), msg)
 }
 
-// notifyBody closes done when the transport closes the client's body.
+// notifyBody closes done when the upstream writer closes the client's body.
 type notifyBody struct {
 	io.ReadCloser
 	done chan struct{}
@@ -479,16 +411,3 @@ func (b *notifyBody) Close() error {
 }
 
 type writerOnly struct{ io.Writer }
-
-// flushBeforeRead flushes what was written so far before waiting for more.
-type flushBeforeRead struct {
-	io.ReadCloser
-	w *bufio.Writer
-}
-
-func (f flushBeforeRead) Read(b []byte) (int, error) {
-	if err := f.w.Flush(); err != nil {
-		return 0, err
-	}
-	return f.ReadCloser.Read(b)
-}

@@ -79,8 +79,10 @@ type Config struct {
 	SkipSNICheck bool
 
 	// IdleTimeout bounds how long a client connection may wait between
-	// HTTP requests and how long a tunnel may carry no data in either
-	// direction. Zero means DefaultIdleTimeout.
+	// HTTP requests, how long a tunnel may carry no data in either
+	// direction, and how long an upstream connection is kept open for the
+	// next request (at most MaxIdleUpstreams of them). Zero means
+	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
 
 	// HandshakeTimeout is the one deadline, counted from accept, for a
@@ -149,6 +151,8 @@ type Proxy struct {
 
 	served, overCap, overBudget atomic.Int64
 
+	idlePool idlePool // upstream connections kept between requests
+
 	ctx    context.Context // cancelled by Close; parent of every decision and dial
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // one per connection handler
@@ -216,6 +220,7 @@ func New(cfg Config) (*Proxy, error) {
 	if p.maxConns <= 0 {
 		p.maxConns = DefaultMaxConns
 	}
+	p.idlePool = idlePool{max: MaxIdleUpstreams, idle: p.idle}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
 }
@@ -243,6 +248,7 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	// Closed outside mu: an upstream conn's Close takes mu to untrack itself.
+	p.idlePool.closeAll()
 	for _, c := range ls {
 		c.Close() // the error of tearing down says nothing useful
 	}
@@ -349,7 +355,9 @@ func (p *Proxy) admit(c net.Conn, where string) (ok, closed bool) {
 	}
 	p.clients++
 	p.conns[c] = struct{}{}
+	room := p.maxConns - p.clients
 	p.mu.Unlock()
+	p.idlePool.shrink(room) // kept upstream connections give way to clients
 	p.served.Add(1)
 	return true, false
 }

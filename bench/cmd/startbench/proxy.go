@@ -69,9 +69,13 @@ func goBench(ctx context.Context, repo string, args ...string) ([]GoBench, error
 // ProxyMode compares direct and proxied requests for one connection mode.
 type ProxyMode struct {
 	Mode string `json:"mode"` // keepalive or newconn
-	// Microseconds per request over the -count runs.
+	// Microseconds per request over the -count runs. Relay is the floor
+	// under Proxy: a byte relay that parses and decides nothing
+	// (BenchmarkViaRelay), so Proxy minus Relay is what checking costs and
+	// Relay minus Direct what any proxy's extra hop costs.
 	Direct Summary `json:"direct_us"`
 	Proxy  Summary `json:"proxy_us"`
+	Relay  Summary `json:"relay_us"`
 	// Throughput through the proxy as a fraction of direct, and the
 	// latency the proxy adds, from the medians and from the minimums.
 	Throughput    float64 `json:"throughput_ratio_median"`
@@ -86,10 +90,11 @@ type ProxyResult struct {
 	Modes   []ProxyMode `json:"modes"`
 }
 
-// proxyBench runs egress's BenchmarkDirect and BenchmarkViaProxy, whose
-// target, proxy and client all live in one process on loopback.
+// proxyBench runs egress's BenchmarkDirect, BenchmarkViaProxy and
+// BenchmarkViaRelay, whose target, proxy (or relay) and client all live
+// in one process on loopback.
 func proxyBench(ctx context.Context, repo string) (*ProxyResult, error) {
-	args := []string{"-bench", "Direct|ViaProxy", "-benchtime", "2000x", "-count", "5", "./egress/"}
+	args := []string{"-bench", "Direct|ViaProxy|ViaRelay", "-benchtime", "2000x", "-count", "5", "./egress/"}
 	log.Printf("proxy: go test -run '^$' %s", strings.Join(args, " "))
 	bs, err := goBench(ctx, repo, args...)
 	if err != nil {
@@ -97,25 +102,27 @@ func proxyBench(ctx context.Context, repo string) (*ProxyResult, error) {
 	}
 	res := &ProxyResult{Command: "go test -run '^$' " + strings.Join(args, " ")}
 	for _, mode := range []string{"keepalive", "newconn"} {
-		var d, p []float64
+		var d, p, r []float64
 		for _, b := range bs {
 			switch b.Name {
 			case "Direct/" + mode:
 				d = append(d, b.NsPerOp/1e3)
 			case "ViaProxy/" + mode:
 				p = append(p, b.NsPerOp/1e3)
+			case "ViaRelay/" + mode:
+				r = append(r, b.NsPerOp/1e3)
 			}
 		}
-		if len(d) == 0 || len(p) == 0 {
+		if len(d) == 0 || len(p) == 0 || len(r) == 0 {
 			return res, fmt.Errorf("proxy benchmark: no %s results", mode)
 		}
-		m := ProxyMode{Mode: mode, Direct: summarize(d), Proxy: summarize(p)}
+		m := ProxyMode{Mode: mode, Direct: summarize(d), Proxy: summarize(p), Relay: summarize(r)}
 		m.Throughput = ratio(m.Direct.Median, m.Proxy.Median)
 		m.ThroughputMin = ratio(m.Direct.Min, m.Proxy.Min)
 		m.AddedUS = m.Proxy.Median - m.Direct.Median
 		m.AddedUSMin = m.Proxy.Min - m.Direct.Min
-		log.Printf("proxy %-9s direct %.1f µs, via proxy %.1f µs: throughput %.0f%% (min-based %.0f%%), +%.1f µs (min-based +%.1f)",
-			mode, m.Direct.Median, m.Proxy.Median, 100*m.Throughput, 100*m.ThroughputMin, m.AddedUS, m.AddedUSMin)
+		log.Printf("proxy %-9s direct %.1f µs, via proxy %.1f µs: throughput %.0f%% (min-based %.0f%%), +%.1f µs (min-based +%.1f); floor, a byte relay: %.1f µs, %.0f%% of direct",
+			mode, m.Direct.Median, m.Proxy.Median, 100*m.Throughput, 100*m.ThroughputMin, m.AddedUS, m.AddedUSMin, m.Relay.Median, 100*ratio(m.Direct.Median, m.Relay.Median))
 		res.Modes = append(res.Modes, m)
 	}
 	return res, nil
