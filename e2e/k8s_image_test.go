@@ -146,13 +146,15 @@ func TestK8sProxyImage(t *testing.T) {
 		t.Fatalf("podman %s: %v\n%s\nwant exit 0 (--help) and the proxy's usage", strings.Join(args, " "), err, out)
 	}
 
-	// The export names this image and runs it as the Deployment says.
+	// The export names this image and runs it as the Deployment says. The
+	// image holds airlock alone; the export is airlock-server's, next to
+	// the airlock under test.
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(pol, []byte("version: 1\nnet_hosts: [example.org]\nbudget: {max_wall: 3s}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err = exec.CommandContext(ctx, bin, "export", "k8s", "--policy", pol, "--image", "registry.example/agent:1",
+	out, err = exec.CommandContext(ctx, mcpBinary(t), "export", "k8s", "--policy", pol, "--image", "registry.example/agent:1",
 		"--proxy-cluster-ip", "10.96.0.50", "--out", filepath.Join(dir, "k8s"), "--", "/bin/sh", "-c", "true").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "image "+image+" (--proxy-image)") {
 		t.Fatalf("airlock export k8s: %v\n%s\nwant it to name %s as a parameter", err, out, image)

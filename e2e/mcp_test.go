@@ -20,7 +20,9 @@ import (
 )
 
 // mcpBinary returns the airlock binary under test: $AIRLOCK_E2E_BINARY when
-// set, else one built from ./cmd/airlock into a temporary directory.
+// set (airlock-server must be next to it), else one built from
+// ./cmd/airlock into a temporary directory, with ./cmd/airlock-server next
+// to it: airlock runs it for serve, mcp and export k8s.
 func mcpBinary(t *testing.T) string {
 	t.Helper()
 	if bin := os.Getenv("AIRLOCK_E2E_BINARY"); bin != "" {
@@ -31,14 +33,14 @@ func mcpBinary(t *testing.T) string {
 		t.Fatalf("go env GOMOD: %v", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	bin := filepath.Join(t.TempDir(), "airlock")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/airlock")
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-o", dir, "./cmd/airlock", "./cmd/airlock-server")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/airlock: %v\n%s", err, out)
+		t.Fatalf("go build ./cmd/airlock ./cmd/airlock-server: %v\n%s", err, out)
 	}
-	return bin
+	return filepath.Join(dir, "airlock")
 }
 
 // lockedBuffer collects the server's stderr while the transport runs.

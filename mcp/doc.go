@@ -32,7 +32,7 @@
 // a refusal becomes a denial in internal/denial, as in the HTTP API. It
 // imports api, guard, policy/..., audit, internal/denial and the MCP SDK,
 // and it is the only package that imports the SDK. It never imports
-// internal/enforce (deps_test.go checks this): cmd/airlock plugs
+// internal/enforce (deps_test.go checks this): cmd/airlock-server plugs
 // *sandbox.Session in, as it is, through the small Session interface over
 // api types.
 package mcp

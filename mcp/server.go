@@ -23,7 +23,7 @@ type Config struct {
 	Policy *policy.Policy
 
 	// NewSession starts the sandbox behind each MCP session. Required;
-	// cmd/airlock passes a closure around sandbox.NewSession, giving it
+	// cmd/airlock-server passes a closure around sandbox.NewSession, giving it
 	// the same Audit sink.
 	NewSession NewSessionFunc
 

@@ -2,9 +2,8 @@ package sandbox
 
 import (
 	"os"
-	"path/filepath"
 
-	"golang.org/x/sys/unix"
+	"github.com/airlock-sandbox/airlock/internal/sibling"
 )
 
 // InitBinary is the name of the small init binary (cmd/airlock-init) that
@@ -51,25 +50,13 @@ func checkInit(configured string) error {
 	return err
 }
 
-// openInitNextTo applies openInit's rules to the binary at self.
+// openInitNextTo applies openInit's rules to the binary at self: the
+// checks are internal/sibling's, which airlock's CLI applies to
+// airlock-server too. A refused or missing airlock-init is not an error:
+// the supervisor re-executes itself instead.
 func openInitNextTo(self string) *os.File {
-	self, err := filepath.EvalSymlinks(self)
+	f, err := sibling.Open(self, InitBinary)
 	if err != nil {
-		return nil
-	}
-	var me unix.Stat_t
-	if unix.Stat(self, &me) != nil {
-		return nil
-	}
-	f, err := os.OpenFile(filepath.Join(filepath.Dir(self), InitBinary), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil
-	}
-	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) != nil ||
-		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o022 != 0 || st.Mode&0o111 == 0 ||
-		(st.Uid != me.Uid && st.Uid != 0) {
-		f.Close()
 		return nil
 	}
 	return f

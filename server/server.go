@@ -29,7 +29,7 @@ const (
 // needs NewSession and either Tokens or InsecureNoAuth.
 type Config struct {
 	// NewSession starts the sandbox behind each session. Required;
-	// cmd/airlock passes a closure around sandbox.NewSession.
+	// cmd/airlock-server passes a closure around sandbox.NewSession.
 	NewSession NewSessionFunc
 
 	// Metrics, when set, counts the server's sessions and API requests

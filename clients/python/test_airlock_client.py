@@ -52,8 +52,8 @@ class RealServerTest(unittest.TestCase):
         binary = os.environ.get("AIRLOCK_BIN", "")
         if not binary:
             if os.environ.get("AIRLOCK_TEST_STRICT") == "1":
-                raise RuntimeError("AIRLOCK_TEST_STRICT=1 and AIRLOCK_BIN is not set: set it to the airlock binary")
-            raise unittest.SkipTest("AIRLOCK_BIN is not set: set it to an airlock binary to test against a real server")
+                raise RuntimeError("AIRLOCK_TEST_STRICT=1 and AIRLOCK_BIN is not set: set it to the airlock binary (with airlock-server next to it)")
+            raise unittest.SkipTest("AIRLOCK_BIN is not set: set it to an airlock binary (with airlock-server next to it) to test against a real server")
         cls.token = secrets.token_hex(24)
         cls.tmp = tempfile.TemporaryDirectory(prefix="airlock-pyclient-")
         env = dict(os.environ, AIRLOCK_TOKEN=cls.token)

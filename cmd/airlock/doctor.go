@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/doctor"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 )
@@ -24,23 +25,23 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 
 // doctorWith is cmdDoctor with the probes given; tests fake them.
 func doctorWith(probes doctor.Probes, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("doctor", doctorSynopsis, stderr)
+	fs := cli.NewFlagSet("doctor", doctorSynopsis, stderr)
 	asJSON := fs.Bool("json", false, "print the findings as JSON")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "airlock doctor: unexpected argument %q: doctor takes only --json\n", fs.Arg(0))
-		return exitUsage
+		return cli.ExitUsage
 	}
 	rep := doctor.Run(probes)
 	if *asJSON {
-		if err := writeJSON(stdout, rep); err != nil {
-			fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
-			return exitFailed
+		if err := cli.WriteJSON(stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", cli.ErrText(err))
+			return cli.ExitFailed
 		}
 		return rep.ExitCode()
 	}
@@ -48,12 +49,12 @@ func doctorWith(probes doctor.Probes, args []string, stdout, stderr io.Writer) i
 	// text once more for whatever a later field adds.
 	var text strings.Builder
 	if err := escapeDoctor(rep).WriteText(&text); err != nil {
-		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
 	}
 	if _, err := io.WriteString(stdout, termtext.Lines(text.String(), termtext.LineMax)); err != nil {
-		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", errText(err))
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock doctor: write report: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
 	}
 	return rep.ExitCode()
 }

@@ -92,7 +92,7 @@ func TestDoctorExitStatus(t *testing.T) {
 			if !strings.Contains(stdout.String(), tt.wantOut) {
 				t.Errorf("airlock doctor %q: output lacks %q:\n%s", tt.args, tt.wantOut, stdout.String())
 			}
-			checkNoControls(t, stdout.String())
+			airtest.CheckNoControls(t, stdout.String())
 		})
 	}
 }

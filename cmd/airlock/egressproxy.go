@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -39,20 +40,20 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if *config == "" || fs.NArg() != 0 {
 		fmt.Fprintln(stderr, "airlock egress-proxy: --config FILE is required and no arguments are taken")
-		return exitUsage
+		return cli.ExitUsage
 	}
-	p, err := readPolicyFile(*config)
+	p, err := cli.ReadPolicyFile(*config)
 	if err != nil {
 		printErrors(stderr, err)
-		return exitFailed
+		return cli.ExitFailed
 	}
 	if len(p.NetHosts()) == 0 {
 		fmt.Fprintln(stderr, "airlock egress-proxy: the policy has no net_hosts: there is nothing to serve (every request would be denied)")
-		return exitFailed
+		return cli.ExitFailed
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -60,10 +61,10 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithDeadline(ctx, meter.Deadline())
 	defer cancel()
 	// Every target in the JSON lines is one a sandbox asked for.
-	px, err := egress.New(egress.Config{Policy: p, Meter: meter, Audit: audit.NewJSONL(termtext.NewJSONWriter(stdout)), Logger: newLogger(stderr)})
+	px, err := egress.New(egress.Config{Policy: p, Meter: meter, Audit: audit.NewJSONL(termtext.NewJSONWriter(stdout)), Logger: cli.NewLogger(stderr)})
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", errText(err))
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
 	}
 	defer px.Close()
 	serve := map[string]func(net.Listener) error{*httpAddr: px.ServeHTTPProxy}
@@ -74,8 +75,8 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	for addr, fn := range serve {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			fmt.Fprintf(stderr, "airlock egress-proxy: listen %s: %s\n", termtext.Field(addr), errText(err))
-			return exitFailed
+			fmt.Fprintf(stderr, "airlock egress-proxy: listen %s: %s\n", termtext.Field(addr), cli.ErrText(err))
+			return cli.ExitFailed
 		}
 		fmt.Fprintf(stderr, "airlock egress-proxy: listening on %s\n", l.Addr())
 		go func() { errs <- fn(l) }()
@@ -85,9 +86,9 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			fmt.Fprintln(stderr, "airlock egress-proxy: max_wall reached; no more connections")
 		}
-		return exitOK
+		return cli.ExitOK
 	case err := <-errs:
-		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", errText(err))
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock egress-proxy: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -27,45 +28,45 @@ example:
   airlock explain --policy examples/data-analysis.yaml -- python3 analyse.py`
 
 func cmdExplain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("explain", explainSynopsis, stderr)
-	var pf policyFlags
-	pf.register(fs)
+	fs := cli.NewFlagSet("explain", explainSynopsis, stderr)
+	var pf cli.PolicyFlags
+	pf.Register(fs)
 	isolation := fs.String("isolation", "namespaces", "the backend whose plan to print: namespaces, or landlock (no namespaces)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
-		return exitUsage
+		return cli.ExitUsage
 	}
 	if *isolation != sandbox.IsolationNamespaces && *isolation != sandbox.IsolationLandlock {
 		fmt.Fprintf(stderr, "airlock explain: --isolation %q: use namespaces or landlock\n", termtext.Field(*isolation))
-		return exitUsage
+		return cli.ExitUsage
 	}
-	p, err := pf.build()
+	p, err := pf.Build()
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock explain: %s\n", errText(err))
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
 		argv = []string{"sh"}
 	}
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: pf.cwd, CommandIsGranted: true}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: pf.Cwd(), CommandIsGranted: true}
 	pl, err := cmd.Plan()
 	if err == nil && *isolation == sandbox.IsolationLandlock {
 		// The run makes a fresh folder under $TMPDIR; its name is random.
 		err = plan.WithoutNamespaces(pl, p, filepath.Join(os.TempDir(), "airlock-scratch-RANDOM"))
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock explain: %s\n", errText(err))
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
 	}
 	fmt.Fprintf(stdout, "policy:   %s\n", termtext.Escape(p.Summary(), termtext.LineMax))
 	// Escaped field by field, so that a newline in a value cannot start a
 	// line of its own, and the whole text once more for what a later field
 	// of the plan adds.
 	fmt.Fprint(stdout, termtext.Lines(escapePlan(pl).String(), termtext.LineMax))
-	return exitOK
+	return cli.ExitOK
 }
 
 // escapePlan returns a copy of pl whose printed strings are escaped for a

@@ -7,11 +7,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 const usage = `airlock runs code an AI agent wrote so that it touches only what a policy grants.
 
@@ -26,7 +24,8 @@ usage:
   airlock doctor [--json]                                   what this host can enforce; exit 1 if a default run cannot be
   airlock version                                           print the version
 
-Run 'airlock COMMAND --help' for the flags of a command.
+Run 'airlock COMMAND --help' for the flags of a command. serve, mcp and export k8s
+are in airlock-server, which airlock runs from its own folder.
 
 exit codes of 'airlock run': the command's own status; 128+N when it died of
 signal N; 124 when a budget halted it; 125 when airlock refused or failed
@@ -42,7 +41,7 @@ func main() {
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	switch args[0] {
 	case "run":
@@ -51,23 +50,24 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdExplain(args[1:], stdout, stderr)
 	case "policy":
 		return cmdPolicy(args[1:], stdout, stderr)
-	case "mcp":
-		return cmdMCP(args[1:], stdout, stderr)
-	case "serve":
-		return cmdServe(args[1:], stdout, stderr)
+	case "mcp", "serve":
+		return runServer(args[0], args, stderr)
 	case "export":
+		if len(args) > 1 && args[1] == "k8s" {
+			return runServer("export k8s", args, stderr)
+		}
 		return cmdExport(args[1:], stdout, stderr)
 	case "egress-proxy":
 		return cmdEgressProxy(args[1:], stdout, stderr)
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "airlock", version)
-		return exitOK
+		fmt.Fprintln(stdout, "airlock", cli.Version)
+		return cli.ExitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
-		return exitOK
+		return cli.ExitOK
 	}
 	fmt.Fprintf(stderr, "airlock: unknown command %q\n\n%s", args[0], usage)
-	return exitUsage
+	return cli.ExitUsage
 }

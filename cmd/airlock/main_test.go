@@ -24,10 +24,14 @@ import (
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
-// airlockBin is the binary built once by TestMain.
+// airlockBin is the binary built once by TestMain, with airlock-init and
+// airlock-server next to it.
 var airlockBin string
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(fakeServerEnv); mode != "" {
+		os.Exit(fakeServer(mode)) // this test binary, run by airlock as its airlock-server
+	}
 	os.Exit(buildAndRun(m))
 }
 
@@ -39,7 +43,7 @@ func buildAndRun(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	airlockBin = filepath.Join(dir, "airlock")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// go test puts $GOROOT/bin first on PATH.
 	out, err := exec.CommandContext(ctx, "go", "build", "-o", airlockBin, ".").CombinedOutput()
@@ -47,10 +51,10 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "go build -o %s .: %v\n%s", airlockBin, err, out)
 		return 1
 	}
-	// Installed as documented: the small init next to the CLI.
-	initBin := filepath.Join(dir, "airlock-init")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", initBin, "../airlock-init").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build -o %s ../airlock-init: %v\n%s", initBin, err, out)
+	// Installed as documented: the small init and airlock-server next to
+	// the CLI.
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", dir, "../airlock-init", "../airlock-server").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build -o %s ../airlock-init ../airlock-server: %v\n%s", dir, err, out)
 		return 1
 	}
 	return m.Run()
@@ -469,7 +473,7 @@ func TestExportOCIInit(t *testing.T) {
 func TestHelpExitsZero(t *testing.T) {
 	dir := t.TempDir()
 	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"run", "-h"}, {"explain", "--help"}, {"serve", "--help"}, {"mcp", "--help"},
-		{"doctor", "--help"}, {"export", "--help"}, {"export", "oci", "--help"}, {"policy", "--help"}} {
+		{"doctor", "--help"}, {"export", "--help"}, {"export", "oci", "--help"}, {"export", "k8s", "--help"}, {"policy", "--help"}} {
 		if r := airlock(t, dir, args...); r.code != 0 || !strings.Contains(r.stdout+r.stderr, "usage") {
 			t.Errorf("airlock %v: exit %d, output %q; want 0 and the usage", args, r.code, r.stdout+r.stderr)
 		}

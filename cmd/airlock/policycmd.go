@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy"
 )
@@ -20,27 +21,27 @@ func cmdPolicy(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
 		fmt.Fprintln(stderr, "usage: "+policySynopsis)
 		if len(args) == 0 {
-			return exitUsage
+			return cli.ExitUsage
 		}
-		return exitOK
+		return cli.ExitOK
 	}
 	if args[0] != "check" || len(args) != 2 {
 		fmt.Fprintf(stderr, "airlock policy: expected 'check FILE'\nusage: %s\n", policySynopsis)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	file := args[1]
-	p, err := readPolicyFile(file)
+	p, err := cli.ReadPolicyFile(file)
 	var pathErr *fs.PathError
 	switch {
 	case errors.As(err, &pathErr):
-		fmt.Fprintf(stderr, "%s: %s\n", termtext.Field(file), errText(pathErr.Err)) // the file, as the user named it
-		return exitFailed
+		fmt.Fprintf(stderr, "%s: %s\n", termtext.Field(file), cli.ErrText(pathErr.Err)) // the file, as the user named it
+		return cli.ExitFailed
 	case err != nil:
 		printErrors(stderr, err)
-		return exitFailed
+		return cli.ExitFailed
 	}
 	fmt.Fprintf(stdout, "%s: %s\n", termtext.Field(file), termtext.Escape(p.Summary(), termtext.LineMax))
-	return exitOK
+	return cli.ExitOK
 }
 
 // printErrors prints each joined error on its own line, escaped: a
@@ -57,5 +58,5 @@ func printErrors(w io.Writer, err error) {
 		fmt.Fprintln(w, termtext.Escape(pe.Error(), termtext.LineMax))
 		return
 	}
-	fmt.Fprintln(w, errText(err))
+	fmt.Fprintln(w, cli.ErrText(err))
 }

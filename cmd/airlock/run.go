@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -25,9 +26,9 @@ examples:
   airlock run --policy examples/data-analysis.yaml --json -- python3 analyse.py`
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", runSynopsis, stderr)
-	var pf policyFlags
-	pf.register(fs)
+	fs := cli.NewFlagSet("run", runSynopsis, stderr)
+	var pf cli.PolicyFlags
+	pf.Register(fs)
 	asJSON := fs.Bool("json", false, "print the result report as JSON on stdout instead of streaming the output")
 	isolation := fs.String("isolation", "", "enforcement: namespaces (default: airlock's own sandbox), landlock (no namespaces: Landlock, seccomp and the connect broker, for where user namespaces cannot be created; weaker, see the report), gvisor (the OCI bundle under gVisor's runsc: a user-space kernel; root only) or oci (the same policy as an OCI bundle under --runtime; root only)")
 	rtName := fs.String("runtime", "", "OCI runtime for --isolation oci: runc (the default), crun or runsc")
@@ -38,17 +39,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
-		return exitRunFailed
+		return cli.ExitRunFailed
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
 		fmt.Fprintln(stderr, "airlock run: no command given: put it after --, e.g. airlock run -- python3 -c 'print(1)'")
-		return exitRunFailed
+		return cli.ExitRunFailed
 	}
-	p, err := pf.build()
+	p, err := pf.Build()
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", errText(err))
-		return exitRunFailed
+		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", cli.ErrText(err))
+		return cli.ExitRunFailed
 	}
 	var halt haltSink // only the halt, for the summary: a flood of other events must not grow memory
 	sinks := audit.Tee{&halt}
@@ -57,8 +58,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		// The log holds host paths and hosts the command tried: keep it private.
 		f, err := os.OpenFile(*auditFile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 		if err != nil {
-			fmt.Fprintf(stderr, "airlock run: --audit: %s\nnothing was started\n", errText(err))
-			return exitRunFailed
+			fmt.Fprintf(stderr, "airlock run: --audit: %s\nnothing was started\n", cli.ErrText(err))
+			return cli.ExitRunFailed
 		}
 		defer f.Close()
 		jsonl = audit.NewJSONL(termtext.NewJSONWriter(f)) // an operator may cat it on a terminal
@@ -69,29 +70,29 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	restoreTerminal := saveTerminal(int(os.Stdin.Fd()))
 	defer restoreTerminal()
 	// FSAudit is opt-in: it changes a host-wide setting (kernel audit) and costs time per run.
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: *fsAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: pf.cwd, CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: *fsAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: pf.Cwd(), CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}
 	rep, err := cmd.Run(in.ctx)
 	restoreTerminal()
 	if err != nil {
-		fmt.Fprintf(stderr, "airlock run: %s\n", errText(err))
-		return exitRunFailed
+		fmt.Fprintf(stderr, "airlock run: %s\n", cli.ErrText(err))
+		return cli.ExitRunFailed
 	}
 	if code := in.exitCode(); code != 0 && rep.HaltedBy != nil && *rep.HaltedBy == string(budget.Interrupted) {
 		rep.ExitCode = code // what a shell reports for a command killed by that signal
 	}
 	if *asJSON {
-		if err := writeJSON(stdout, rep); err != nil {
-			fmt.Fprintf(stderr, "airlock run: write report: %s\n", errText(err))
-			return exitRunFailed
+		if err := cli.WriteJSON(stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "airlock run: write report: %s\n", cli.ErrText(err))
+			return cli.ExitRunFailed
 		}
 	} else {
 		summary{rep: rep, halt: halt.event(), color: colorFor(stderr, os.Getenv)}.write(stderr)
 	}
 	if jsonl != nil && jsonl.Err() != nil {
-		fmt.Fprintf(stderr, "airlock run: --audit %s: %s: the audit log is incomplete\n", termtext.Field(*auditFile), errText(jsonl.Err()))
+		fmt.Fprintf(stderr, "airlock run: --audit %s: %s: the audit log is incomplete\n", termtext.Field(*auditFile), cli.ErrText(jsonl.Err()))
 	}
 	return rep.ExitCode
 }

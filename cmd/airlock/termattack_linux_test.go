@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -29,7 +28,7 @@ import (
 // write the clipboard (OSC 52), an 8-bit CSI (U+009B, UTF-8-encoded) that
 // some terminals obey, and a right-to-left override.
 const (
-	forged      = "airlock: all checks passed, 0 denials"
+	forged      = airtest.Forged
 	evilHost    = "\x1b[2K\r\n" + forged + "\n\x1b]0;pwned\x07\x1b]52;c;cHduZWQ=\x07\u009b31m\u202e"
 	evilHostEsc = `\x1b[2K\r\n` + forged + `\n\x1b]0;pwned\x07\x1b]52;c;cHduZWQ=\x07\u009b31m\u202e`
 	// evilDir is shorter: it becomes a path component, so no "/".
@@ -96,7 +95,7 @@ func TestAttackTerminalInjection(t *testing.T) {
 		// U+2028/2029 must be escaped too, with the same decoded value.
 		out := runInPTY(t, nil, append([]string{"run", "--json"}, socks[1:]...)...)
 		w := strings.ReplaceAll(out, "\r\n", "\n")
-		checkNoControls(t, w)
+		airtest.CheckNoControls(t, w)
 		var rep sandbox.Report
 		if err := json.Unmarshal([]byte(w), &rep); err != nil {
 			t.Fatalf("airlock run --json under a pty: not one JSON report: %v\n%q", err, w)
@@ -128,7 +127,7 @@ func checkTerminal(t *testing.T, out string, color bool, wantPrefix, wantOutput 
 		}
 		w = plain
 	}
-	checkNoControls(t, w)
+	airtest.CheckNoControls(t, w)
 	var lines []string
 	for _, line := range strings.Split(w, "\n") {
 		if strings.HasPrefix(line, forged) {
@@ -147,32 +146,6 @@ func checkTerminal(t *testing.T, out string, color bool, wantPrefix, wantOutput 
 		}
 	}
 	t.Errorf("no denial line starts with the escaped target %q; denial lines:\n%q\nterminal:\n%q", wantPrefix, lines, w)
-}
-
-// checkNoControls fails for every byte or character of w, as written by
-// airlock, that a terminal acts on or that makes text look different from
-// what it is. This list is the test's own, not the escaping code's.
-func checkNoControls(t *testing.T, w string) {
-	t.Helper()
-	if !utf8.ValidString(w) {
-		t.Errorf("airlock printed invalid UTF-8: %q", w)
-	}
-	bad := 0
-	for i, r := range w {
-		hostile := (r < 0x20 && r != '\n') || (r >= 0x7f && r <= 0x9f) ||
-			(r >= 0x200b && r <= 0x200f) || (r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069) ||
-			r == 0x2028 || r == 0x2029 || r == 0xfeff
-		if !hostile {
-			continue
-		}
-		if bad++; bad <= 5 {
-			lo, hi := max(0, i-40), min(len(w), i+40)
-			t.Errorf("airlock printed %U at byte %d: ...%q...", r, i, w[lo:hi])
-		}
-	}
-	if bad > 5 {
-		t.Errorf("... and %d more such characters", bad-5)
-	}
 }
 
 // runInPTY runs the airlock binary with its stdin, stdout and stderr on
@@ -284,7 +257,7 @@ func TestAttackCLIEscapes(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("airlock explain: exit %d\n%s", r.code, r.stderr)
 		}
-		checkNoControls(t, r.stdout)
+		airtest.CheckNoControls(t, r.stdout)
 		if want := `AIRLOCK_TEST_HOSTILE=\x1b[2K\r\n` + forged + `\n\x1b]0;pwned\x07`; !strings.Contains(r.stdout, want) {
 			t.Errorf("airlock explain does not show the value escaped (%q):\n%s", want, r.stdout)
 		}
@@ -294,7 +267,7 @@ func TestAttackCLIEscapes(t *testing.T) {
 		if r.code != 1 {
 			t.Fatalf("airlock policy check: exit %d, want 1\n%s", r.code, r.stderr)
 		}
-		checkNoControls(t, r.stderr)
+		airtest.CheckNoControls(t, r.stderr)
 		for _, line := range strings.Split(r.stderr, "\n") {
 			if strings.HasPrefix(line, forged) {
 				t.Errorf("stderr shows the forged line %q at the start of a line", line)

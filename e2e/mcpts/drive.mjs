@@ -12,7 +12,8 @@
 // The stdio and HTTP scenarios, and (b) and (d), run concurrently.
 //
 // e2e/mcpts_test.go runs it as `node drive.mjs` next to an installed
-// node_modules, with AIRLOCK_BIN naming the binary under test. It prints one
+// node_modules, with AIRLOCK_BIN naming the airlock binary under test (which
+// runs the airlock-server next to it for `airlock mcp`). It prints one
 // line per check ("ok ..." or "FAIL ..."), exits 1 if any failed, and kills
 // every server it started on every path, within MCPTS_TIMEOUT_SECONDS.
 //

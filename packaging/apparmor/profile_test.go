@@ -18,9 +18,10 @@ import (
 	"time"
 )
 
-// installedAt are the paths airlock is installed at that the profile must
-// attach to, and the only ones: each is writable by root alone.
-var installedAt = []string{"/usr/bin/airlock", "/usr/local/bin/airlock"}
+// installedAt are the paths airlock and airlock-server are installed at
+// that the profiles must attach to, and the only ones: each is writable by
+// root alone.
+var installedAt = []string{"/usr/bin/airlock", "/usr/bin/airlock-server", "/usr/local/bin/airlock", "/usr/local/bin/airlock-server"}
 
 // profile is one profile block of a policy file.
 type profile struct {

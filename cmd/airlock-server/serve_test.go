@@ -89,7 +89,7 @@ func TestServeRefusesBadCeiling(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a server that starts is killed, and fails the test
 			defer cancel()
-			cmd := exec.CommandContext(ctx, airlockBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
+			cmd := exec.CommandContext(ctx, serverBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, tt.args...)...)
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), tt.want) || strings.Contains(string(out), "listening") {
 				t.Errorf("airlock serve %q = %v:\n%s\nwant a refusal containing %q", tt.args, err, out, tt.want)

@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -80,7 +81,7 @@ examples:
 const serveShutdownGrace = 10 * time.Second
 
 func cmdServe(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("serve", serveSynopsis, stderr)
+	fs := cli.NewFlagSet("serve", serveSynopsis, stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "`ADDR` to listen on (port 0 picks a free port)")
 	tokenFile := fs.String("token-file", "", "`FILE` of bearer tokens, one per line (default: $AIRLOCK_TOKEN)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve without a token (only on a loopback address)")
@@ -96,18 +97,18 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "`FORMAT` of the log on stderr: text, or json (one object a line, with the run id of each sandbox's records)")
 	auditFile := fs.String("audit", "", "append audit events (JSON lines) to `FILE`")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in reports from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
-	var downgrades commaListFlag
+	var downgrades cli.CommaListFlag
 	fs.Var(&downgrades, "allow-downgrade", "accept, for every session, running without `LAYER` where this host lacks it (max_memory, max_pids, ...; repeatable or comma-separated): the operator's choice, beyond any ceiling; each report says what ran without")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
-		return exitUsage
+		return cli.ExitUsage
 	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "airlock serve: "+format+"\n", escapeArgs(a)...)
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock serve: "+format+"\n", cli.EscapeArgs(a)...)
+		return cli.ExitFailed
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected argument %q: serve takes only flags", fs.Arg(0))
@@ -185,7 +186,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 
-	log, err := newLoggerFormat(stderr, *logFormat)
+	log, err := cli.NewLoggerFormat(stderr, *logFormat)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -274,7 +275,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return fail("serve: %v", err)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // serveToken is one bearer token and the ceiling file given for it.
@@ -343,7 +344,7 @@ func loadCeiling(file string, seen map[string]*policy.Policy) (*policy.Policy, e
 	if c, ok := seen[abs]; ok {
 		return c, nil
 	}
-	c, err := readPolicyFile(file)
+	c, err := cli.ReadPolicyFile(file)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -13,18 +13,18 @@ import (
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
-// listFlag collects a repeatable flag.
-type listFlag []string
+// ListFlag collects a repeatable flag.
+type ListFlag []string
 
-func (l *listFlag) String() string     { return fmt.Sprint(*l) }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l *ListFlag) String() string     { return fmt.Sprint(*l) }
+func (l *ListFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-// commaListFlag is a repeatable flag whose values may also be lists
+// CommaListFlag is a repeatable flag whose values may also be lists
 // separated by commas: --allow-downgrade max_memory,max_pids.
-type commaListFlag []string
+type CommaListFlag []string
 
-func (l *commaListFlag) String() string { return fmt.Sprint(*l) }
-func (l *commaListFlag) Set(v string) error {
+func (l *CommaListFlag) String() string { return fmt.Sprint(*l) }
+func (l *CommaListFlag) Set(v string) error {
 	for _, e := range strings.Split(v, ",") {
 		if e = strings.TrimSpace(e); e == "" {
 			return fmt.Errorf("empty name in %q: give names separated by commas, e.g. max_memory,max_pids", v)
@@ -34,13 +34,15 @@ func (l *commaListFlag) Set(v string) error {
 	return nil
 }
 
-// policyFlags are the flags shared by run and explain.
-type policyFlags struct {
+// PolicyFlags are the policy flags of run, explain, export and mcp: a
+// policy file and the grants and budgets added to it. The zero value is
+// ready for Register.
+type PolicyFlags struct {
 	file                             string
-	fsRead, fsWrite, hosts, tools    listFlag
-	fsDeny, fsProtect, fsUnprotect   listFlag
-	env, credentials                 listFlag
-	downgrade                        commaListFlag
+	fsRead, fsWrite, hosts, tools    ListFlag
+	fsDeny, fsProtect, fsUnprotect   ListFlag
+	env, credentials                 ListFlag
+	downgrade                        CommaListFlag
 	maxWall, maxCPU                  string
 	maxOutput, maxMemory, maxScratch string
 	maxWrite                         string
@@ -49,7 +51,8 @@ type policyFlags struct {
 	rootfs                           string
 }
 
-func (f *policyFlags) register(fs *flag.FlagSet) {
+// Register adds the policy flags to fs.
+func (f *PolicyFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.file, "policy", "", "policy `FILE` (YAML or JSON); without it nothing is granted")
 	fs.Var(&f.fsRead, "fs-read", "grant read access to `PATH` (repeatable)")
 	fs.Var(&f.fsWrite, "fs-write", "grant read and write access to `PATH` (repeatable); writes are staged and copied back when the run ends")
@@ -73,13 +76,13 @@ func (f *policyFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.cwd, "cwd", "", "working `DIR` inside the sandbox (default: the first fs_write grant, else /tmp)")
 }
 
-// build reads the policy file (if any) and applies the flags on top.
+// Build reads the policy file (if any) and applies the flags on top.
 // Flags only add grants or tighten budgets.
-func (f *policyFlags) build() (*policy.Policy, error) {
+func (f *PolicyFlags) Build() (*policy.Policy, error) {
 	p := policy.Default()
 	if f.file != "" {
 		var err error
-		if p, err = readPolicyFile(f.file); err != nil {
+		if p, err = ReadPolicyFile(f.file); err != nil {
 			return nil, err
 		}
 	}
@@ -128,7 +131,13 @@ func (f *policyFlags) build() (*policy.Policy, error) {
 	return p.With(o, wd)
 }
 
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+// Cwd is the working folder inside the sandbox that --cwd named; "" for
+// the default.
+func (f *PolicyFlags) Cwd() string { return f.cwd }
+
+// NewFlagSet returns a flag set that reports errors on stderr and prints
+// synopsis and the flags as its usage.
+func NewFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -138,11 +147,11 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// readPolicyFile reads and validates a policy file named on the command
+// ReadPolicyFile reads and validates a policy file named on the command
 // line (--policy, --ceiling, --config, policy check): at most
 // policy.MaxInputSize bytes are read, and relative paths in it resolve
 // against its folder. Every command reads policy files through it.
-func readPolicyFile(file string) (*policy.Policy, error) {
+func ReadPolicyFile(file string) (*policy.Policy, error) {
 	abs, err := filepath.Abs(file)
 	if err != nil {
 		return nil, fmt.Errorf("read policy %s: %w", file, err)

@@ -1,6 +1,6 @@
-package main
+package cli
 
-// Exit codes: one table for every subcommand.
+// Exit codes: one table for every subcommand of airlock and airlock-server.
 //
 // `airlock run` passes the command's own status through (0 to 255), so
 // its own outcomes use the codes of env(1), timeout(1) and `docker run`,
@@ -8,9 +8,9 @@ package main
 // and 127 in the report's exit_code, and run exits with that. The other
 // subcommands use the usual 1 and 2.
 const (
-	exitOK     = 0
-	exitFailed = 1 // the subcommand could not do its job, or a check it ran failed
-	exitUsage  = 2 // bad flags or arguments: nothing was done
+	ExitOK     = 0
+	ExitFailed = 1 // the subcommand could not do its job, or a check it ran failed
+	ExitUsage  = 2 // bad flags or arguments: nothing was done
 
-	exitRunFailed = 125 // run: airlock refused (bad flags, bad policy) or failed; nothing was started
+	ExitRunFailed = 125 // run: airlock refused (bad flags, bad policy) or failed; nothing was started
 )

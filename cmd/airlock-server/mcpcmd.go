@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/httpauth"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/mcp"
@@ -48,9 +49,9 @@ examples:
   AIRLOCK_TOKEN=$(head -c 24 /dev/urandom | base64) airlock mcp --policy agent.yaml --listen 127.0.0.1:8808`
 
 func cmdMCP(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("mcp", mcpSynopsis, stderr)
-	var pf policyFlags
-	pf.register(fs)
+	fs := cli.NewFlagSet("mcp", mcpSynopsis, stderr)
+	var pf cli.PolicyFlags
+	pf.Register(fs)
 	listen := fs.String("listen", "", "serve streamable HTTP on `ADDR` (host:port) instead of stdio")
 	tokenFile := fs.String("token-file", "", "read the HTTP bearer tokens from `FILE`, one per line (default: $AIRLOCK_TOKEN)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve HTTP without a token; only on a loopback ADDR")
@@ -67,20 +68,20 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
-		return exitUsage
+		return cli.ExitUsage
 	}
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", escapeArgs(a)...)
-		return exitFailed
+		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", cli.EscapeArgs(a)...)
+		return cli.ExitFailed
 	}
 	if fs.NArg() > 0 {
 		return fail("unexpected arguments %q: the agent sends commands through the run tool", fs.Args())
 	}
-	p, err := pf.build()
+	p, err := pf.Build()
 	if err != nil {
 		return fail("%v", err)
 	}
-	logger, err := newLoggerFormat(stderr, *logFormat)
+	logger, err := cli.NewLoggerFormat(stderr, *logFormat)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -96,7 +97,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if *idle <= 0 || *lifetime <= 0 || *maxLifetime < *lifetime || *progress <= 0 {
 		return fail("--idle, --session-lifetime and --progress-interval must be positive, and --session-lifetime at most --session-max-lifetime")
 	}
-	cfg := mcp.Config{Policy: p, Dir: pf.cwd, MaxSessions: *maxSessions, Version: version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
+	cfg := mcp.Config{Policy: p, Dir: pf.Cwd(), MaxSessions: *maxSessions, Version: cli.Version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
 		IdleTimeout: *idle, ProgressInterval: *progress,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
 			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, FSAudit: *fsAudit, AgentAdvice: *agentAdvice,
@@ -121,7 +122,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		if err := srv.ServeIO(ctx, os.Stdin, stdout); err != nil {
 			return fail("%v", err)
 		}
-		return exitOK
+		return cli.ExitOK
 	}
 
 	h, err := authHandler(srv.Handler(), *listen, *tokenFile, *noAuth)
@@ -147,7 +148,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return fail("serve: %v", err)
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // authHandler puts the bearer-token check in front of h, or refuses to

@@ -21,12 +21,12 @@ import (
 func TestServeAllowDowngrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, airlockBin, "serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--allow-downgrade", "max_memroy").CombinedOutput()
+	out, err := exec.CommandContext(ctx, serverBin, "serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--allow-downgrade", "max_memroy").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "max_memroy") || strings.Contains(string(out), "listening") {
 		t.Errorf("serve --allow-downgrade max_memroy = %v:\n%s\nwant a refusal naming it", err, out)
 	}
 
-	cmd := exec.CommandContext(ctx, airlockBin, "serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--allow-downgrade", "max_memory,max_pids")
+	cmd := exec.CommandContext(ctx, serverBin, "serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--allow-downgrade", "max_memory,max_pids")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

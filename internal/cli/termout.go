@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding"
@@ -16,30 +16,30 @@ import (
 // come from the sandbox, a policy file, an API client or the host, and
 // none of them may steer the terminal (see termtext).
 
-// errText is err's message for a terminal, escaped and bounded: one line
+// ErrText is err's message for a terminal, escaped and bounded: one line
 // per error of a joined error (errors.Join, as policy.Parse and the flags
 // return them), and a newline inside one message escaped like any other
 // control, so that no line can start with text a message quotes.
-func errText(err error) string {
+func ErrText(err error) string {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		var lines []string
 		for _, e := range j.Unwrap() {
-			lines = append(lines, errText(e))
+			lines = append(lines, ErrText(e))
 		}
 		return strings.Join(lines, "\n")
 	}
 	return termtext.Escape(err.Error(), termtext.LineMax)
 }
 
-// escapeArgs returns a copy of the arguments of a message about to be
-// printed with a format airlock wrote: errors through errText, strings
+// EscapeArgs returns a copy of the arguments of a message about to be
+// printed with a format airlock wrote: errors through ErrText, strings
 // through termtext.Field, other values unchanged.
-func escapeArgs(a []any) []any {
+func EscapeArgs(a []any) []any {
 	out := make([]any, len(a))
 	for i, v := range a {
 		switch v := v.(type) {
 		case error:
-			out[i] = errText(v)
+			out[i] = ErrText(v)
 		case string:
 			out[i] = termtext.Field(v)
 		default:
@@ -49,35 +49,35 @@ func escapeArgs(a []any) []any {
 	return out
 }
 
-// writeJSON writes v as indented JSON followed by a newline, as
+// WriteJSON writes v as indented JSON followed by a newline, as
 // json.Encoder does (without its HTML escapes: this is for people), with the C1 controls, DEL, bidi and other invisible
 // characters that encoding/json leaves raw written as \u escapes: still
 // valid JSON with the same value, but inert on a terminal.
-func writeJSON(w io.Writer, v any) error {
+func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(termtext.NewJSONWriter(w))
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // for people: "->" stays "->", not "-\u003e"
 	return enc.Encode(v)
 }
 
-// newLogger is the logger of serve, mcp and egress-proxy: text lines on w
+// NewLogger is the logger of serve, mcp and egress-proxy: text lines on w
 // at level Info. slog's TextHandler quotes every key, value and message
 // that holds a space, a quote, '=', a control, a format character or
 // invalid UTF-8, with strconv.Quote's escapes (TestLoggerEscapes proves
 // it); boundAttr adds the length bound it lacks, since an API client or
 // the sandbox chooses many of the strings logged (a request path, a file
 // name, a target).
-func newLogger(w io.Writer) *slog.Logger {
-	l, _ := newLoggerFormat(w, "text")
+func NewLogger(w io.Writer) *slog.Logger {
+	l, _ := NewLoggerFormat(w, "text")
 	return l
 }
 
-// newLoggerFormat is newLogger in format "text" or "json" (--log-format):
+// NewLoggerFormat is NewLogger in format "text" or "json" (--log-format):
 // one JSON object per line from slog's JSONHandler, which escapes every
 // control below U+0020, written through termtext's JSON writer, which
 // escapes the C1 controls, DEL and the invisible and bidi characters it
 // leaves raw; strings are bounded the same way.
-func newLoggerFormat(w io.Writer, format string) (*slog.Logger, error) {
+func NewLoggerFormat(w io.Writer, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: boundAttr}
 	switch format {
 	case "text":
