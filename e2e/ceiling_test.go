@@ -143,7 +143,8 @@ func stealWith(t *testing.T, ctx context.Context, p *serveProc, id string, args 
 func testCeilingNone(t *testing.T, bin string) {
 	secret := plantSecret(t)
 	t.Setenv("AIRLOCK_E2E_SECRET", ceilingSecret) // inherited by the server
-	p := startServe(t, bin)
+	// No warm inits: the check below counts every process under the server.
+	p := startServe(t, bin, "--warm-pool", "0")
 	ctx := serveCtx(t)
 
 	status, body, id := createRaw(t, ctx, p, p.token, fmt.Sprintf("version: 1\nfs_read: [%s, /etc/shadow]\nallowed_tools: [cat]\n", filepath.Dir(secret)))

@@ -41,6 +41,87 @@ func TestServe(t *testing.T) {
 	t.Run("Errors", func(t *testing.T) { testServeErrors(t, bin) })
 	t.Run("SIGTERMClosesSessions", func(t *testing.T) { testServeSIGTERM(t, bin) })
 	t.Run("KilledLeavesNothing", func(t *testing.T) { testServeKilled(t, bin) })
+	t.Run("WarmPool", func(t *testing.T) { testServeWarmPool(t, bin) })
+}
+
+// testServeWarmPool: airlock serve keeps --warm-pool inits waiting, each
+// with nothing started in it; a session takes one (the metrics count it),
+// runs under its own policy, and the pool is refilled; a refused session
+// takes none.
+func testServeWarmPool(t *testing.T, bin string) {
+	p := startServe(t, bin, append(tempCeiling(t), "--warm-pool", "2", "--metrics-listen", "127.0.0.1:0")...)
+	ctx := serveCtx(t)
+	metricsURL := ""
+	for _, line := range strings.Split(p.logText(), "\n") {
+		if u, ok := strings.CutPrefix(line, "airlock serve: metrics on "); ok {
+			metricsURL = u
+		}
+	}
+	if metricsURL == "" {
+		t.Fatalf("no metrics address in the log:\n%s", p.logText())
+	}
+	metric := func(name string) float64 {
+		t.Helper()
+		resp, err := http.Get(metricsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body) // a short read fails the lookup below
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				return f
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	waitReady := func(n float64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for metric("airlock_pool_ready") != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("the pool never had %v inits ready\n%s", n, p.logText())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitReady(2)
+	// Each warm init is a lone process: nothing runs in it yet.
+	procs := serveDescendants(p.cmd.Process.Pid)
+	if len(procs) != 2 {
+		t.Errorf("processes under the server with 2 warm inits and no session: %v, want the 2 inits alone", procs)
+	}
+
+	_, err := p.client(t).CreateSession(ctx, client.CreateRequest{PolicyText: "version: 1\nfs_read: [/etc]\nallowed_tools: [cat]\n"})
+	wantAPIError(t, "a policy above the ceiling", err, 403, "exceeds_ceiling")
+	if got := metric("airlock_pool_taken_total"); got != 0 {
+		t.Errorf("a refused session took %v warm inits, want 0", got)
+	}
+
+	ws := t.TempDir()
+	s, err := p.client(t).CreateSession(ctx, client.CreateRequest{PolicyText: servePolicy(ws, "sh", "cat")})
+	if err != nil {
+		t.Fatalf("CreateSession: %v\n%s", err, p.logText())
+	}
+	if got := metric("airlock_pool_taken_total"); got != 1 {
+		t.Errorf("airlock_pool_taken_total = %v after one session, want 1", got)
+	}
+	rep, err := s.Exec(ctx, client.ExecRequest{Args: []string{"sh", "-c", "echo warm > out.txt; cat /etc/shadow"}})
+	if err != nil || rep.ExitCode == 0 || strings.Contains(rep.Stdout, "root:") {
+		t.Errorf("exec in a session from the pool: %+v, %v; want the write to work and /etc/shadow unreadable", rep, err)
+	}
+	if got, err := s.Download(ctx, "out.txt"); err != nil || string(got) != "warm\n" {
+		t.Errorf("Download out.txt = %q, %v", got, err)
+	}
+	waitReady(2)
+	if err := s.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // serveProc is one running `airlock serve`.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
@@ -16,11 +17,27 @@ import (
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
-var janitorOnce sync.Once
-
 // janitorCooldown is how long one supervisor's janitor pass spares the
-// others below the same cgroup theirs (cgroup.JanitorShared).
+// others below the same cgroup theirs (cgroup.JanitorShared), and how long
+// a supervisor waits before it tries again.
 const janitorCooldown = time.Second
+
+// janitorNext is when this process next tries a janitor pass (UnixNano).
+var janitorNext atomic.Int64
+
+// sweep removes, at most once per janitorCooldown per process, the groups
+// of supervisors that died without removing theirs. A long-lived
+// supervisor (airlock serve) keeps sweeping: a pass that another
+// supervisor's recent one made it skip does not cover the owners that
+// died since (before, each process swept once).
+func sweep(h cgroup.Host) {
+	now := time.Now().UnixNano()
+	next := janitorNext.Load()
+	if now < next || !janitorNext.CompareAndSwap(next, now+int64(janitorCooldown)) {
+		return
+	}
+	_, _, _ = cgroup.JanitorShared(h, janitorCooldown) // best effort: leftovers of crashed supervisors
+}
 
 // limits is the cgroup side of one run: the group (nil when the policy
 // accepted running without one), the downgrades taken and the plan's CPU
@@ -49,9 +66,7 @@ func newGroup(cfg cgroup.Config) (*cgroup.Group, cgroup.Host, error) {
 	if err != nil {
 		return nil, h, err
 	}
-	janitorOnce.Do(func() {
-		_, _, _ = cgroup.JanitorShared(h, janitorCooldown) // best effort: leftovers of crashed supervisors
-	})
+	sweep(h)
 	if cfg.Name, err = cgroup.NewName(os.Getpid()); err != nil {
 		return nil, h, err
 	}

@@ -73,6 +73,34 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// PoolStats is what a warm pool of sandbox inits reports (sandbox.Pool's
+// counters, passed in by the program that owns the pool).
+type PoolStats struct {
+	Ready, Starting                int // now
+	Taken, Misses, Failed, Expired int // since the pool started
+}
+
+// WatchPool exports a warm pool's counters, read from stats at each
+// scrape: airlock_pool_ready and airlock_pool_starting (gauges), and
+// airlock_pool_taken_total, _misses_total, _failed_total and
+// _expired_total. Call it once.
+func (m *Metrics) WatchPool(stats func() PoolStats) {
+	gauge := func(name, help string, f func(PoolStats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f(stats())) })
+	}
+	counter := func(name, help string, f func(PoolStats) int) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f(stats())) })
+	}
+	m.reg.MustRegister(
+		gauge("airlock_pool_ready", "Warm sandbox inits waiting for a session now.", func(s PoolStats) int { return s.Ready }),
+		gauge("airlock_pool_starting", "Warm sandbox inits being started now.", func(s PoolStats) int { return s.Starting }),
+		counter("airlock_pool_taken_total", "Sessions started on a warm init.", func(s PoolStats) int { return s.Taken }),
+		counter("airlock_pool_misses_total", "Sessions that found no warm init ready and started cold.", func(s PoolStats) int { return s.Misses }),
+		counter("airlock_pool_failed_total", "Warm inits that failed to start.", func(s PoolStats) int { return s.Failed }),
+		counter("airlock_pool_expired_total", "Warm inits replaced after waiting their maximum age unused.", func(s PoolStats) int { return s.Expired }),
+	)
+}
+
 // Handler serves the metrics in Prometheus's text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})

@@ -28,6 +28,9 @@ import (
 // value the sandbox could choose is counted as "other".
 func TestMetrics(t *testing.T) {
 	m := server.NewMetrics()
+	m.WatchPool(func() server.PoolStats {
+		return server.PoolStats{Ready: 2, Starting: 1, Taken: 7, Misses: 3, Failed: 1, Expired: 4}
+	})
 	e := newEnv(t, server.Config{Metrics: m})
 	id := e.create(tokA, wsPolicy(t.TempDir()))
 	e.do("GET", "/v1/sessions/"+id, tokA, nil)
@@ -95,6 +98,12 @@ func TestMetrics(t *testing.T) {
 		{"airlock_egress_decisions_total", map[string]string{"decision": "deny"}, 1},
 		{"airlock_http_requests_total", map[string]string{"route": "POST /v1/sessions", "code": "201"}, 2},
 		{"airlock_http_request_duration_seconds", map[string]string{"route": "GET /v1/sessions/{id}"}, 1},
+		{"airlock_pool_ready", nil, 2},
+		{"airlock_pool_starting", nil, 1},
+		{"airlock_pool_taken_total", nil, 7},
+		{"airlock_pool_misses_total", nil, 3},
+		{"airlock_pool_failed_total", nil, 1},
+		{"airlock_pool_expired_total", nil, 4},
 	} {
 		if got := value(c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -100,6 +100,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	var downgrades cli.CommaListFlag
 	fs.Var(&downgrades, "allow-downgrade", "accept, for every session, running without `LAYER` where this host lacks it (max_memory, max_pids, ...; repeatable or comma-separated): the operator's choice, beyond any ceiling; each report says what ran without")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
+	warmPool := fs.Int("warm-pool", 2, fmt.Sprintf("keep `N` sandbox inits started ahead of need, so that a new session starts in a few milliseconds (0 to %d; 0: every session starts cold); each waits in its own namespaces and an empty cgroup, costs about 1.5 MiB, is replaced once taken and after a minute unused, and runs nothing until a session's policy is applied to it", sandbox.MaxPoolSize))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
@@ -119,6 +120,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	if *maxSessions <= 0 || *idle <= 0 {
 		return fail("--max-sessions and --idle must be positive")
+	}
+	if *warmPool < 0 || *warmPool > sandbox.MaxPoolSize {
+		return fail("--warm-pool %d: give 0 to %d", *warmPool, sandbox.MaxPoolSize)
 	}
 	if *lifetime <= 0 || *maxLifetime < *lifetime {
 		return fail("--session-lifetime must be positive and at most --session-max-lifetime (%v)", *maxLifetime)
@@ -209,10 +213,23 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 			sink = audit.Tee{sink, metrics.Sink()}
 		}
 	}
+	var pool *sandbox.Pool
+	if *warmPool > 0 {
+		if pool, err = sandbox.NewPool(sandbox.PoolConfig{Size: *warmPool, Logger: log}); err != nil {
+			return fail("--warm-pool: %v", err)
+		}
+		defer pool.Close()
+		if metrics != nil {
+			metrics.WatchPool(func() server.PoolStats {
+				s := pool.Stats()
+				return server.PoolStats{Ready: s.Ready, Starting: s.Starting, Taken: s.Taken, Misses: s.Misses, Failed: s.Failed, Expired: s.Expired}
+			})
+		}
+	}
 	srv, err := server.New(server.Config{
 		Metrics: metrics,
 		NewSession: serveNewSession(sandbox.Config{Logger: log, Audit: sink, FSAudit: *fsAudit, MaxProxyConns: quota.conns, AgentAdvice: *agentAdvice,
-			SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime}, downgrades),
+			SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime, Pool: pool}, downgrades),
 		Tokens:         tokens,
 		InsecureNoAuth: *noAuth,
 		PolicyDir:      dir,
