@@ -64,13 +64,13 @@ func TestNewPlan(t *testing.T) {
 				{Path: "/cg/cpu/" + n + "/cpu.cfs_quota_us", Value: "50000"},
 			},
 		}},
+		// No cpu group without a quota: CPU time comes from cgroup2's cpu.stat.
 		{"hybrid-no-limits-still-accounts", hybridHost, Config{Name: n}, Plan{
 			Name: n,
 			Dirs: []Dir{
 				{Path: "/cg/unified/" + n, Parent: "/cg/unified", V2: true},
 				{Path: "/cg/memory/api/x/" + n, Parent: "/cg/memory/api/x", Controllers: []string{Memory}},
 				{Path: "/cg/pids/" + n, Parent: "/cg/pids", Controllers: []string{Pids}},
-				{Path: "/cg/cpu/" + n, Parent: "/cg/cpu", Controllers: []string{CPU}},
 			},
 		}},
 		{"v2-all-limits", v2Host, all, Plan{
@@ -93,9 +93,8 @@ func TestNewPlan(t *testing.T) {
 			Enable: []Write{
 				{Path: "/cg/user.slice/sup/cgroup.subtree_control", Value: "+memory", Optional: true},
 				{Path: "/cg/user.slice/sup/cgroup.subtree_control", Value: "+pids"},
-				{Path: "/cg/user.slice/sup/cgroup.subtree_control", Value: "+cpu", Optional: true},
 			},
-			Dirs:   []Dir{{Path: "/cg/user.slice/sup/" + n, Parent: "/cg/user.slice/sup", V2: true, Controllers: []string{Memory, Pids, CPU}}},
+			Dirs:   []Dir{{Path: "/cg/user.slice/sup/" + n, Parent: "/cg/user.slice/sup", V2: true, Controllers: []string{Memory, Pids}}},
 			Limits: []Write{{Path: "/cg/user.slice/sup/" + n + "/pids.max", Value: "8"}},
 		}},
 		{"v1-comounted-cpu-freezer", v1Host, Config{Name: n, CPUQuota: 1.5}, Plan{
