@@ -92,6 +92,7 @@ type box struct {
 	sandboxID int
 
 	ready    chan error    // receives once: nil when ready, or why not
+	launched chan struct{} // closed once the backend's launch returned (ctl is set when it succeeded)
 	extended chan struct{} // a session's end moved (Extend): the deadline timer is reset
 	routed   chan struct{} // closed when the control process's messages are all delivered
 	done     chan struct{} // closed when everything is torn down
@@ -116,7 +117,25 @@ type final struct {
 // it is ready to exec, or the reason it is not (the error). It ends when
 // close is called, at its deadline, or when ctx ends.
 func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box, error) {
-	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), extended: make(chan struct{}, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
+	b := beginBox(ctx, cfg, pl, be)
+	return b, b.waitReady()
+}
+
+// waitReady waits until the sandbox is ready to exec, or returns why it
+// never will be once it is torn down. Call it once.
+func (b *box) waitReady() error {
+	if err := <-b.ready; err != nil {
+		<-b.done
+		return err
+	}
+	return nil
+}
+
+// beginBox starts a sandbox for pl with the given backend and returns at
+// once; launched closes when the control process is started, and
+// waitReady says when it is ready.
+func beginBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) *box {
+	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), launched: make(chan struct{}), extended: make(chan struct{}, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
 		pending: map[string]chan nsinit.Message{}, view: cfg.Policy.View()}
 	b.id = newID()
 	b.log = cfg.Logger
@@ -138,11 +157,7 @@ func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box,
 	} else {
 		go b.supervise(ctx, be)
 	}
-	if err := <-b.ready; err != nil {
-		<-b.done
-		return b, err
-	}
-	return b, nil
+	return b
 }
 
 // supervise launches the sandbox and ends it. It runs on a thread of its
@@ -156,12 +171,14 @@ func (b *box) supervise(ctx context.Context, be backend) {
 	if err != nil {
 		b.fs.close()
 		close(b.routed)
+		close(b.launched)
 		b.ready <- err
 		return
 	}
 	b.mu.Lock()
 	b.ctl = ctl
 	b.mu.Unlock()
+	close(b.launched)
 	go b.route()
 	timer := time.NewTimer(time.Until(b.meter.Deadline()))
 	defer timer.Stop()

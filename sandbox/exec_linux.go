@@ -41,28 +41,66 @@ type execSpec struct {
 // life is supervised. The report it returns has the exec's own output,
 // status and usage, and its halt; the caller adds the denials.
 func (b *box) exec(ctx context.Context, x execSpec) *Report {
+	p, rep := b.sendExec(x)
+	if rep != nil {
+		rep.Enforcement = b.enf
+		return rep
+	}
+	return b.awaitExec(ctx, x, p)
+}
+
+// sentExec is an exec whose request the control process has (or will
+// read once it is ready).
+type sentExec struct {
+	e    *execRun
+	sio  *stdio
+	id   string
+	msgs chan nsinit.Message
+}
+
+// sendExec opens the exec's streams and sends the request; on failure it
+// returns the exec's report instead.
+//
+// Preconditions:
+//   - the box is launched (b.ctl is set)
+func (b *box) sendExec(x execSpec) (*sentExec, *Report) {
 	e := newExecRun(b, x.wall, x.whole)
 	sio, err := openStdio(x, e)
 	if err != nil {
 		e.fail(err)
-		return e.report
+		return nil, e.report
 	}
-	defer sio.close()
-	id := newID()
-	msgs := b.execChan(id)
-	defer b.forget(id)
-	err = nsinit.Send(b.ctl.sock, nsinit.Message{Type: nsinit.MsgExec, ID: id, Argv: x.argv, Env: x.env, Cwd: x.cwd, PTY: x.pty}, sio.childFDs()...)
+	p := &sentExec{e: e, sio: sio, id: newID()}
+	p.msgs = b.execChan(p.id)
+	err = nsinit.Send(b.ctl.sock, nsinit.Message{Type: nsinit.MsgExec, ID: p.id, Argv: x.argv, Env: x.env, Cwd: x.cwd, PTY: x.pty}, sio.childFDs()...)
 	sio.closeChildEnds()
 	if err != nil {
+		p.abandon()
 		e.fail(fmt.Errorf("exec: %w", err))
-		return e.report
+		return nil, e.report
 	}
-	sio.start()
-	exit := e.wait(ctx, x, msgs, sio)
-	sio.drain()
-	e.finish(exit, sio, x.argv[0])
-	e.emitExit(id, x.argv[0])
-	return e.report
+	return p, nil
+}
+
+// abandon releases an exec that will not be waited for.
+func (p *sentExec) abandon() {
+	p.sio.close()
+	p.e.b.forget(p.id)
+}
+
+// awaitExec supervises a sent exec to its end and returns its report.
+//
+// Preconditions:
+//   - the box is ready (it has sent "ready", so its enforcement is known)
+func (b *box) awaitExec(ctx context.Context, x execSpec, p *sentExec) *Report {
+	defer p.abandon()
+	p.e.report.Enforcement = b.enf
+	p.sio.start()
+	exit := p.e.wait(ctx, x, p.msgs, p.sio)
+	p.sio.drain()
+	p.e.finish(exit, p.sio, x.argv[0])
+	p.e.emitExit(p.id, x.argv[0])
+	return p.e.report
 }
 
 // emitExit writes the exec's end to the audit: its exit status or signal,

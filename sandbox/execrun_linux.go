@@ -46,8 +46,7 @@ func newExecRun(b *box, wall time.Duration, whole bool) *execRun {
 	}
 	e := &execRun{b: b, start: time.Now(), whole: whole, atMaxWall: atMaxWall, cpuBefore: b.lim.cpu(), report: &Report{Denials: []Denial{}},
 		meter: budget.NewMeter(budget.Limits{OutputBytes: b.pl.Limits.Output, Wall: max(wall, time.Millisecond)}, b.cfg.Clock)}
-	e.report.Enforcement = b.enf
-	e.report.RunID = b.id
+	e.report.RunID = b.id // Enforcement is the box's once it is ready: awaitExec
 	return e
 }
 

@@ -216,3 +216,27 @@ func TestPoolBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestRunInitDiesDuringSetup: Run sends its command before the sandbox is
+// ready (the init reads it only once every restriction is in place); an
+// init that dies before it is ready still gives the start-up refusal,
+// exit 125 and nothing run, with or without a warm init.
+func TestRunInitDiesDuringSetup(t *testing.T) {
+	requireSandbox(t)
+	dir := t.TempDir()
+	p, err := policy.New(policy.Spec{FSWrite: []string{dir}, AllowDowngrade: []string{"max_memory", "max_pids"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, exe := range []string{"/bin/true", "/bin/false"} {
+		cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Executable: exe}, CommandIsGranted: true,
+			Args: []string{"/bin/sh", "-c", "echo ran > " + dir + "/ran"}}
+		rep, err := cmd.Run(context.Background())
+		if err != nil || rep.ExitCode != 125 || !strings.Contains(rep.Error, "sandbox init died during setup") {
+			t.Errorf("Run with %s as the init = %+v, %v; want exit 125 naming the init's death", exe, rep, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Error("the command ran although the init never was ready")
+	}
+}

@@ -67,14 +67,32 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return refuse(125, err)
 	}
-	b, err := startBox(ctx, cfg, pl, be)
-	if err != nil {
+	b := beginBox(ctx, cfg, pl, be)
+	startFailed := func(err error) (*Report, error) {
 		rep := &Report{ExitCode: 125, Error: err.Error(), Denials: []Denial{}}
 		b.finishRun(rep, start)
 		return rep, nil
 	}
-	// b.pl, not pl: a backend may have recompiled it (without namespaces).
-	rep := b.exec(ctx, execSpec{argv: b.pl.Argv, env: b.pl.Env, cwd: b.pl.Cwd, stdin: c.Stdin, stdout: c.Stdout, stderr: c.Stderr, pty: c.PTY, whole: true})
+	<-b.launched
+	if b.ctl == nil {
+		return startFailed(b.waitReady())
+	}
+	// The exec is sent before the sandbox is ready (b.pl, not pl: a
+	// backend may have recompiled it without namespaces): the init reads
+	// it once every restriction is in place, which saves the round trip
+	// of "ready". The init never acts on it before then, and if the
+	// set-up fails it never reads it.
+	x := execSpec{argv: b.pl.Argv, env: b.pl.Env, cwd: b.pl.Cwd, stdin: c.Stdin, stdout: c.Stdout, stderr: c.Stderr, pty: c.PTY, whole: true}
+	p, rep := b.sendExec(x)
+	if err := b.waitReady(); err != nil {
+		if p != nil {
+			p.abandon()
+		}
+		return startFailed(err)
+	}
+	if rep == nil {
+		rep = b.awaitExec(ctx, x, p)
+	}
 	b.close()
 	b.finishRun(rep, start)
 	return rep, nil
