@@ -245,6 +245,14 @@ func (in *initProc) handOver(b *box) (*control, error) {
 		ctl.kill()
 		<-ctl.exited
 		ctl.close()
+		// Ended by something else than this kill: the init died first, and
+		// that is why the hand-over failed (a broken pipe says no more).
+		// (The init without namespaces ends itself on the kill's SIGTERM:
+		// there the error stays as it is.)
+		ws, _ := ctl.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ctl.graceful && (!ws.Signaled() || ws.Signal() != unix.SIGKILL) {
+			return nil, fmt.Errorf("sandbox init died during setup: %s (%v)", ctl.why(), err)
+		}
 		return nil, err
 	}
 	go readControl(b, ctl)
