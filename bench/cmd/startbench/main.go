@@ -43,6 +43,7 @@ type Results struct {
 	Proxy       *ProxyResult     `json:"proxy,omitempty"`
 	Egress      *EgressResult    `json:"egress_in_sandbox,omitempty"`
 	Session     *SessionResult   `json:"session_exec,omitempty"`
+	Serve       *ServeResult     `json:"serve,omitempty"`
 	Memory      []MemRow         `json:"memory"`
 	Scaling     []ScaleRow       `json:"scaling"`
 	Micro       []MicroBenchmark `json:"micro_benchmarks"`
@@ -85,7 +86,7 @@ func main() {
 	repo := flag.String("repo", ".", "repository root, for go test ./egress/ ./policy/...")
 	pin := flag.Int("cpu", runtime.NumCPU()-1, "CPU that the steady-state loops are pinned to")
 	coldBudget := flag.Duration("cold-budget", 7*time.Minute, "stop the cold-start rounds early after this long")
-	only := flag.String("only", "", "comma-separated sections to run (cold,steady,proxy,egress,session,memory,scaling,micro); empty runs all")
+	only := flag.String("only", "", "comma-separated sections to run (cold,steady,proxy,egress,session,serve,memory,scaling,micro); empty runs all")
 	levels := flag.String("levels", "1,10,50,200", "comma-separated concurrency levels for the scaling section")
 	levelBudget := flag.Duration("level-budget", 60*time.Second, "longest a scaling level may take")
 	flag.DurationVar(&runTimeout, "run-timeout", runTimeout, "longest one run may take before it is killed and counted as a failure")
@@ -174,6 +175,9 @@ func main() {
 		s := sessionBench(ctx, *n)
 		res.Session = &s
 		log.Printf("session exec: %+v", s)
+	}
+	if run("serve") {
+		res.Serve = serveBench(ctx, *airlockBin, min(*n, 100), 100)
 	}
 	if run("memory") {
 		res.Memory = memory(ctx, []*Contender{byName("bare"), byName("bwrap"), byName("airlock")}, 10)

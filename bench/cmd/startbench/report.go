@@ -92,6 +92,18 @@ func markdown(r *Results) string {
 		p("\n")
 	}
 
+	if v := r.Serve; v != nil {
+		p("## `airlock serve`: new sessions and idle sessions\n\n")
+		if v.Note != "" {
+			p("Note: %s.\n\n", escape(v.Note))
+		}
+		p("`POST /v1/sessions` of a policy that allows one tool, over loopback with the Go client, the session destroyed after each (not timed): with `--warm-pool %d`, each created once the pool has refilled, median %.2f ms, p99 %.2f ms, min %.2f ms (%d runs); with `--warm-pool 0` (every session cold), median %.2f ms, p99 %.2f ms (%d runs); %d failures.\n\n",
+			v.WarmPool, v.NewWarmMS.Median, v.NewWarmMS.P99, v.NewWarmMS.Min, v.NewWarmMS.N, v.NewColdMS.Median, v.NewColdMS.P99, v.NewColdMS.N, v.Failures)
+		if v.IdleSessions > 0 {
+			p("%d idle sessions in the pooled server: the PSS of its whole process tree (the server, every session's init, the warm inits; %d processes) is %.0f KiB per session; the server itself %.0f KiB, an init (median) %.0f KiB.\n\n",
+				v.IdleSessions, v.TreeProcesses, v.IdlePSSKiB, v.ServerPSSKiB, v.InitPSSKiB)
+		}
+	}
 	if r.Session != nil && r.Session.Skipped {
 		p("## Exec into a warm session\n\nSkipped: %s.\n\n", escape(r.Session.Note))
 	} else if r.Session != nil {
