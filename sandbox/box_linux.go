@@ -128,6 +128,7 @@ func (b *box) waitReady() error {
 		<-b.done
 		return err
 	}
+	<-b.launched // b.ctl is set: "ready" may come before launch returns
 	return nil
 }
 
@@ -179,7 +180,6 @@ func (b *box) supervise(ctx context.Context, be backend) {
 	b.ctl = ctl
 	b.mu.Unlock()
 	close(b.launched)
-	go b.route()
 	timer := time.NewTimer(time.Until(b.meter.Deadline()))
 	defer timer.Stop()
 wait:
@@ -212,41 +212,46 @@ wait:
 	b.teardown()
 }
 
-// route delivers the control process's messages: start-up messages to the
-// box, exec messages to the exec they name.
-func (b *box) route() {
-	defer close(b.routed)
-	for m := range b.ctl.msgs {
-		switch m.Type {
-		case nsinit.MsgReady:
-			b.enf.Landlock = m.Landlock
-			b.enf.Namespaces, b.enf.Seccomp = !b.pl.NoNamespaces, true
-			if m.Landlock == 0 && b.enf.Backend == "namespaces" {
-				b.downgraded(policy.DowngradeLandlock) // the init refuses this unless the plan accepts it
-			}
-			if m.ProcShared {
-				b.downgraded(policy.DowngradeProc)
-			}
-			if m.HostnameKept {
-				b.enf.Weaker = append(b.enf.Weaker, "hostname: the host refused sethostname (a container's seccomp profile), so the sandbox's own UTS namespace shows the container's hostname")
-			}
-			b.ready <- nil
-		case nsinit.MsgError:
-			b.ready <- fmt.Errorf("sandbox setup failed at %s: %s (nothing was started)", m.Stage, m.Error)
-			b.kill()
+// deliver takes one message of ctl, the box's control process, that is
+// not a start-up hand-over: "ready" and "error" to the box, the others to
+// the exec they name. It runs on the goroutine that reads the control
+// socket (readControl), so a message reaches its reader in one hand-off.
+func (b *box) deliver(ctl *control, m nsinit.Message) {
+	switch m.Type {
+	case nsinit.MsgReady:
+		b.enf.Landlock = m.Landlock
+		b.enf.Namespaces, b.enf.Seccomp = !b.pl.NoNamespaces, true
+		if m.Landlock == 0 && b.enf.Backend == "namespaces" {
+			b.downgraded(policy.DowngradeLandlock) // the init refuses this unless the plan accepts it
+		}
+		if m.ProcShared {
+			b.downgraded(policy.DowngradeProc)
+		}
+		if m.HostnameKept {
+			b.enf.Weaker = append(b.enf.Weaker, "hostname: the host refused sethostname (a container's seccomp profile), so the sandbox's own UTS namespace shows the container's hostname")
+		}
+		b.ready <- nil
+	case nsinit.MsgError:
+		b.ready <- fmt.Errorf("sandbox setup failed at %s: %s (nothing was started)", m.Stage, m.Error)
+		ctl.kill()
+	default:
+		select {
+		case b.execChan(m.ID) <- m:
 		default:
-			select {
-			case b.execChan(m.ID) <- m:
-			default:
-				b.log.Error("sandbox: dropped control message", "type", m.Type, "id", m.ID)
-			}
+			b.log.Error("sandbox: dropped control message", "type", m.Type, "id", m.ID)
 		}
 	}
-	// The control process is gone. If it never became ready, say so.
+}
+
+// delivered is the end of ctl's messages: the control process is gone
+// and every message it sent is delivered. If it never became ready, it
+// says so.
+func (b *box) delivered(ctl *control) {
 	select {
-	case b.ready <- errors.New("sandbox init died during setup: " + b.ctl.why()):
+	case b.ready <- errors.New("sandbox init died during setup: " + ctl.why()):
 	default:
 	}
+	close(b.routed)
 }
 
 // execChan returns the channel of exec id's messages, made on first use.

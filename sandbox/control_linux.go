@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 )
 
 // control is a backend's control process, as the box holds it: the process
@@ -16,10 +14,9 @@ import (
 // of the control socket, and the watchers that halt the box from outside.
 type control struct {
 	cmd    *exec.Cmd
-	sock   int                 // the supervisor's end of the control socket
-	msgs   chan nsinit.Message // messages the box routes; closed at EOF
-	exited chan struct{}       // closed once the process has been reaped
-	stderr *tailBuffer         // the control process's own stderr, for why()
+	sock   int           // the supervisor's end of the control socket
+	exited chan struct{} // closed once the process has been reaped
+	stderr *tailBuffer   // the control process's own stderr, for why()
 	// onExit, when set, runs once the process has been reaped (a
 	// backend's own cleanup: the OCI runtime's cgroups and work folder).
 	onExit func()
@@ -39,7 +36,7 @@ type control struct {
 const killGrace = 5 * time.Second
 
 func newControl(cmd *exec.Cmd, sock int) *control {
-	return &control{cmd: cmd, sock: sock, msgs: make(chan nsinit.Message, 16), exited: make(chan struct{}), stopWatch: make(chan struct{}), stderr: &tailBuffer{max: 4 << 10}}
+	return &control{cmd: cmd, sock: sock, exited: make(chan struct{}), stopWatch: make(chan struct{}), stderr: &tailBuffer{max: 4 << 10}}
 }
 
 // kill ends the sandbox: SIGKILL to pid 1 of its pid namespace makes the

@@ -337,10 +337,10 @@ func cloneBinds(pid int, pl *plan.Plan) ([]int, error) {
 }
 
 // readControl takes a control process's start-up fds (proxy listeners,
-// the stage and grant roots; the OCI launcher sends no stage) and forwards
-// every other message to the box.
+// the stage and grant roots; the OCI launcher sends no stage) and delivers
+// every other message to the box, until the socket ends.
 func readControl(b *box, ctl *control) {
-	defer close(ctl.msgs)
+	defer b.delivered(ctl)
 	for {
 		m, fds, err := nsinit.Recv(ctl.sock)
 		if err != nil {
@@ -360,7 +360,7 @@ func readControl(b *box, ctl *control) {
 		case nsinit.MsgMounts:
 			if err := b.stage.receive(m.Staged, fds); err != nil {
 				b.log.Error("sandbox mounts", "err", err)
-				b.kill() // fail closed: the writes could not be bounded or copied back
+				ctl.kill() // fail closed: the writes could not be bounded or copied back
 				continue
 			}
 			if m.Staged {
@@ -369,7 +369,7 @@ func readControl(b *box, ctl *control) {
 			continue
 		}
 		closeFDs(fds)
-		ctl.msgs <- m
+		b.deliver(ctl, m)
 	}
 }
 
