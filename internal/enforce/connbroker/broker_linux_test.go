@@ -43,7 +43,7 @@ const childTimeout = 60 * time.Second
 // requireBroker skips unless the kernel can run the broker: seccomp user
 // notification with ADDFD (Linux 5.9) and a parent allowed to read its
 // child (Yama ptrace_scope below 3).
-func requireBroker(t *testing.T) {
+func requireBroker(t testing.TB) {
 	t.Helper()
 	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
 		airtest.SkipOrFail(t, "kernel has no seccomp (prctl PR_GET_SECCOMP: %v)", err)
@@ -77,7 +77,7 @@ type target struct {
 
 // startTarget starts a child in mode with extra environment env and
 // receives its listener. The child is killed when the test ends.
-func startTarget(t *testing.T, mode string, env ...string) *target {
+func startTarget(t testing.TB, mode string, env ...string) *target {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), childTimeout)
 	t.Cleanup(cancel)
@@ -138,7 +138,7 @@ func (tg *target) stderrText() string { return tg.stderr.String() }
 
 // wait waits for the child to exit and returns its "key value" lines. It
 // fails t unless the child exited 0 after printing "done".
-func (tg *target) wait(t *testing.T) map[string]string {
+func (tg *target) wait(t testing.TB) map[string]string {
 	t.Helper()
 	err := tg.cmd.Wait()
 	out := tg.stdout.String()
@@ -170,7 +170,7 @@ func serve(listener int, decide func(Request) Verdict) *served {
 
 // wait waits for Serve to return by itself (POLLHUP) or, with stop, after
 // closing stop, and fails t if it returns an error or does not return.
-func (s *served) wait(t *testing.T, stop bool) {
+func (s *served) wait(t testing.TB, stop bool) {
 	t.Helper()
 	if stop {
 		s.stopOnce.Do(func() { close(s.stop) })
@@ -211,7 +211,7 @@ func refuseAll(errno syscall.Errno) func(Request) Verdict {
 }
 
 // listenTCP listens on 127.0.0.1 at a free port.
-func listenTCP(t *testing.T) *net.TCPListener {
+func listenTCP(t testing.TB) *net.TCPListener {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {

@@ -7,7 +7,10 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,6 +32,8 @@ const (
 	forbiddenEnv = "AIRLOCK_BROKER_FORBIDDEN" // ip:port of a loopback listener no connect may reach
 	unixEnv      = "AIRLOCK_BROKER_UNIX"      // path of a unix listener no connect may reach
 	abstractEnv  = "AIRLOCK_BROKER_ABSTRACT"  // "@name" of an abstract unix listener, likewise
+	benchEnv     = "AIRLOCK_BROKER_BENCH"     // the bench child's "udp" or "tcp", and how many connects
+	plainEnv     = "AIRLOCK_BROKER_PLAIN"     // "1": the filter lets connect through (a baseline)
 	ctlFD        = 3                          // the socketpair end, ExtraFiles[0]
 )
 
@@ -47,6 +52,7 @@ var childModes = map[string]func() error{
 	"gone":     childGone,
 	"pending":  childPending,
 	"badargs":  childBadArgs,
+	"bench":    childBench,
 }
 
 // runChild is the whole life of a child; it returns the exit status.
@@ -68,9 +74,13 @@ func runChild(mode string) int {
 	return 0
 }
 
-// notifyProfile is the default profile with connect sent to the listener.
+// notifyProfile is the default profile with connect sent to the listener,
+// or left as it is when plainEnv is set.
 func notifyProfile() plan.Seccomp {
 	p := plan.DefaultSeccomp()
+	if os.Getenv(plainEnv) == "1" {
+		return p
+	}
 	for i := range p.Syscalls {
 		if p.Syscalls[i].Name == "connect" {
 			p.Syscalls[i].Rules = []plan.SyscallRule{{Action: plan.ActNotify}}
@@ -466,5 +476,55 @@ func childBadArgs() error {
 	} {
 		fmt.Printf("%s %d\n", c.key, rawConnect(c.fd, c.p, c.n))
 	}
+	return nil
+}
+
+// childBench makes connects as fast as it can and prints how long they
+// took: "udp N" connects one UDP socket to 127.0.0.1:9 N times; "tcp N"
+// connects N new TCP sockets to the forbidden listener (which the parent
+// lets continue, connects elsewhere or answers with a connection of its
+// own) and closes each.
+func childBench() error {
+	kind, count, _ := strings.Cut(os.Getenv(benchEnv), " ")
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return fmt.Errorf("%s: %w", benchEnv, err)
+	}
+	var one func() error
+	switch kind {
+	case "udp":
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		sa := &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: 9}
+		one = func() error { return unix.Connect(fd, sa) }
+	case "tcp":
+		dst, err := forbidden()
+		if err != nil {
+			return err
+		}
+		one = func() error {
+			fd, errno, err := connectTo(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, sockaddr(dst))
+			if err == nil && errno != 0 {
+				err = errno
+			}
+			// Reset rather than close: thousands of connections in
+			// TIME_WAIT would use up the ephemeral ports.
+			unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1})
+			unix.Close(fd)
+			return err
+		}
+	default:
+		return fmt.Errorf("%s: unknown kind %q", benchEnv, kind)
+	}
+	start := time.Now()
+	for range n {
+		if err := one(); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+	}
+	fmt.Printf("elapsed %d\n", time.Since(start).Nanoseconds())
 	return nil
 }
