@@ -14,9 +14,10 @@ import (
 // through ("plain", same filter otherwise): the broker's whole cost, from
 // the notification to the target's return. udp connects one datagram
 // socket to 127.0.0.1 again and again (the cheapest connect there is); tcp
-// connects a new socket to a listener on loopback and closes it, which
-// decide lets continue, connects elsewhere (Verdict.Connect, to another
-// listener) or answers with a connection it dialed (Verdict.Conn).
+// connects a new socket to a listener on loopback and closes it. The
+// broker lets it continue, answered by Handler.Quick ("quick") or by
+// Decide ("decide"), connects it elsewhere (Verdict.Connect, to another
+// listener) or installs a connection Decide dialed (Verdict.Conn).
 func BenchmarkServe(b *testing.B) {
 	requireBroker(b)
 	accept := func(ln *net.TCPListener) {
@@ -31,17 +32,22 @@ func BenchmarkServe(b *testing.B) {
 	ln, other := listenTCP(b), listenTCP(b)
 	go accept(ln)
 	go accept(other)
+	cont := func(Request) Verdict { return Verdict{Continue: true} }
+	quick := func(Request) (Verdict, bool) { return Verdict{Continue: true}, true }
 	for _, c := range []struct {
 		name   string
 		plain  bool
+		quick  func(Request) (Verdict, bool)
 		decide func(Request) Verdict
 	}{
-		{"udp/plain", true, nil},
-		{"udp/continue", false, func(Request) Verdict { return Verdict{Continue: true} }},
-		{"tcp/plain", true, nil},
-		{"tcp/continue", false, func(Request) Verdict { return Verdict{Continue: true} }},
-		{"tcp/connect", false, func(Request) Verdict { return Verdict{Connect: addrPort(other)} }},
-		{"tcp/conn", false, func(Request) Verdict {
+		{"udp/plain", true, nil, nil},
+		{"udp/quick", false, quick, nil},
+		{"udp/decide", false, nil, cont},
+		{"tcp/plain", true, nil, nil},
+		{"tcp/quick", false, quick, nil},
+		{"tcp/decide", false, nil, cont},
+		{"tcp/connect", false, nil, func(Request) Verdict { return Verdict{Connect: addrPort(other)} }},
+		{"tcp/conn", false, nil, func(Request) Verdict {
 			c, err := net.Dial("tcp4", other.Addr().String())
 			if err != nil {
 				return Verdict{Errno: unix.ECONNREFUSED}
@@ -63,7 +69,7 @@ func BenchmarkServe(b *testing.B) {
 				}
 			}
 			tg := startTarget(b, "bench", env...)
-			s := serve(tg.listener, decide)
+			s := serveHandler(tg.listener, Handler{Quick: c.quick, Decide: decide})
 			got := tg.wait(b)
 			s.wait(b, false)
 			ns, err := strconv.ParseFloat(got["elapsed"], 64)

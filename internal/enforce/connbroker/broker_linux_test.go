@@ -52,18 +52,28 @@ func requireBroker(t testing.TB) {
 	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_GET_ACTION_AVAIL, 0, uintptr(unsafe.Pointer(&action))); errno != 0 {
 		airtest.SkipOrFail(t, "kernel has no seccomp user notification (SECCOMP_GET_ACTION_AVAIL USER_NOTIF: %v); it needs Linux 5.0", errno)
 	}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		t.Fatalf("uname: %v", err)
-	}
-	release := unix.ByteSliceToString(u.Release[:])
-	var major, minor int
-	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil || major < 5 || major == 5 && minor < 9 {
+	if ok, release := kernelAtLeast(t, 5, 9); !ok {
 		airtest.SkipOrFail(t, "kernel %s is older than 5.9, which added SECCOMP_IOCTL_NOTIF_ADDFD", release)
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && strings.TrimSpace(string(b)) == "3" {
 		airtest.SkipOrFail(t, "Yama ptrace_scope is 3: no process may read another's memory (process_vm_readv, pidfd_getfd)")
 	}
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or
+// later, and its release.
+func kernelAtLeast(t testing.TB, major, minor int) (bool, string) {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatalf("uname: %v", err)
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	var maj, min int
+	if _, err := fmt.Sscanf(release, "%d.%d", &maj, &min); err != nil {
+		t.Fatalf("kernel release %q: %v", release, err)
+	}
+	return maj > major || maj == major && min >= minor, release
 }
 
 // target is a running child and the listener it sent.
@@ -163,8 +173,13 @@ type served struct {
 
 // serve runs Serve on listener, which it then owns.
 func serve(listener int, decide func(Request) Verdict) *served {
+	return serveHandler(listener, Handler{Decide: decide})
+}
+
+// serveHandler runs h.Serve on listener, which it then owns.
+func serveHandler(listener int, h Handler) *served {
 	s := &served{stop: make(chan struct{}), done: make(chan error, 1)}
-	go func() { s.done <- Serve(listener, decide, s.stop) }()
+	go func() { s.done <- h.Serve(listener, s.stop) }()
 	return s
 }
 

@@ -34,6 +34,7 @@ const (
 	abstractEnv  = "AIRLOCK_BROKER_ABSTRACT"  // "@name" of an abstract unix listener, likewise
 	benchEnv     = "AIRLOCK_BROKER_BENCH"     // the bench child's "udp" or "tcp", and how many connects
 	plainEnv     = "AIRLOCK_BROKER_PLAIN"     // "1": the filter lets connect through (a baseline)
+	listEnv      = "AIRLOCK_BROKER_LIST"      // the list child's "key=ip:port" destinations, comma-separated
 	ctlFD        = 3                          // the socketpair end, ExtraFiles[0]
 )
 
@@ -53,6 +54,7 @@ var childModes = map[string]func() error{
 	"pending":  childPending,
 	"badargs":  childBadArgs,
 	"bench":    childBench,
+	"list":     childList,
 }
 
 // runChild is the whole life of a child; it returns the exit status.
@@ -526,5 +528,27 @@ func childBench() error {
 		}
 	}
 	fmt.Printf("elapsed %d\n", time.Since(start).Nanoseconds())
+	return nil
+}
+
+// childList connects a new blocking TCP socket to each destination of
+// listEnv in turn and prints, for each key, connect's errno and the peer.
+func childList() error {
+	for _, kv := range strings.Split(os.Getenv(listEnv), ",") {
+		key, v, _ := strings.Cut(kv, "=")
+		dst, err := netip.ParseAddrPort(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", listEnv, err)
+		}
+		fd, errno, err := connectTo(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, sockaddr(dst))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s.connect %d\n", key, errno)
+		if err := describe(key, fd); err != nil {
+			return err
+		}
+		unix.Close(fd)
+	}
 	return nil
 }

@@ -108,3 +108,25 @@ type Verdict struct {
 	// source port. It must not block.
 	Bound func(local netip.AddrPort)
 }
+
+// Handler is what Serve asks about the connects of one filter.
+type Handler struct {
+	// Quick, when set, is asked first about every Request, on the
+	// goroutine that received its notification, which receives no other
+	// notification until Quick returns: it must return at once, without
+	// blocking, dialing or writing anywhere. It answers with its Verdict
+	// and true, or leaves the Request to Decide with false. Its Verdict may
+	// only let the connect continue or name an Errno: one with Conn or
+	// Connect is refused with EACCES (Conn closed), as is the zero
+	// Verdict. Nil leaves every Request to Decide.
+	//
+	// An answer from Quick costs the target no more than the kernel's
+	// notification round trip and the reads the broker makes anyway; one
+	// from Decide adds a hand-over to another goroutine and back.
+	Quick func(Request) (Verdict, bool)
+
+	// Decide answers every Request Quick leaves, each on a goroutine of
+	// its own, so it may block (dial) for a bounded time. It must not be
+	// nil.
+	Decide func(Request) Verdict
+}
