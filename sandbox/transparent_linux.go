@@ -106,7 +106,8 @@ func (b *box) serveTransparentBroker(ctl *control, fds []int) {
 		return
 	}
 	ctl.watch(func(stop <-chan struct{}) {
-		if err := connbroker.Serve(fds[0], tp.decide, stop); err != nil {
+		h := connbroker.Handler{Quick: tp.quick, Decide: tp.decide}
+		if err := h.Serve(fds[0], stop); err != nil {
 			b.log.Error("sandbox: connect broker", "err", err)
 			b.kill()
 		}
@@ -166,13 +167,10 @@ func (tp *transparent) decide(r connbroker.Request) connbroker.Verdict {
 		tp.deny(r.Addr.String(), "the socket is not in the sandbox's network namespace", "")
 		return connbroker.Verdict{Errno: unix.EACCES}
 	}
-	if r.Family != unix.AF_INET && r.Family != unix.AF_INET6 || r.Type != unix.SOCK_STREAM {
+	if local(r) {
 		return connbroker.Verdict{Continue: true}
 	}
 	a := r.Addr.Addr()
-	if a.IsLoopback() || a.IsUnspecified() {
-		return connbroker.Verdict{Continue: true}
-	}
 	host := a.String()
 	if egress.SyntheticPrefix.Contains(a) {
 		name, ok := tp.names.Lookup(a)
@@ -195,6 +193,32 @@ func (tp *transparent) decide(r connbroker.Request) connbroker.Verdict {
 		Connect: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), plan.TunnelPort),
 		Bound:   func(local netip.AddrPort) { tp.register(local, t) },
 	}
+}
+
+// quick answers at once, on the broker's receiving goroutine, the
+// connects decide would let continue (a local server, the in-sandbox
+// proxy, a resolver's UDP socket): the same checks, in the same order,
+// and nothing that blocks or writes; it leaves everything else, denials
+// and their audit events included, to decide.
+func (tp *transparent) quick(r connbroker.Request) (connbroker.Verdict, bool) {
+	if r.NetNS != tp.netns || !local(r) {
+		return connbroker.Verdict{}, false
+	}
+	return connbroker.Verdict{Continue: true}, true
+}
+
+// local reports whether r is a connect the sandbox's network namespace
+// carries out by itself, which reaches nothing outside it provided the
+// socket is in that namespace (the caller checks r.NetNS first): any
+// family but AF_INET and AF_INET6 (unix sockets), any socket but a stream
+// one (a datagram goes nowhere but lo), and loopback or unspecified
+// addresses (both mean lo).
+func local(r connbroker.Request) bool {
+	if r.Family != unix.AF_INET && r.Family != unix.AF_INET6 || r.Type != unix.SOCK_STREAM {
+		return true
+	}
+	a := r.Addr.Addr()
+	return a.IsLoopback() || a.IsUnspecified()
 }
 
 // tunnelErrno is the errno the sandbox's connect fails with when the
