@@ -53,7 +53,7 @@ type transparent struct {
 	netns uint64 // SO_NETNS_COOKIE of the sandbox's network namespace
 
 	mu      sync.Mutex
-	pending map[uint16]pendingTunnel // guarded by mu: by the source port of the connection that will claim it
+	pending map[netip.AddrPort]pendingTunnel // guarded by mu: by the source address of the connection that will claim it
 }
 
 type pendingTunnel struct {
@@ -70,7 +70,7 @@ func (b *box) serveTransparent(p *egress.Proxy, tunnelFD, dnsFD int) error {
 		unix.Close(dnsFD)
 		return fmt.Errorf("transparent egress: read the sandbox's network namespace (SO_NETNS_COOKIE, Linux 5.14): %v", err)
 	}
-	tp := &transparent{b: b, p: p, names: egress.NewNames(0), netns: cookie, pending: map[uint16]pendingTunnel{}}
+	tp := &transparent{b: b, p: p, names: egress.NewNames(0), netns: cookie, pending: map[netip.AddrPort]pendingTunnel{}}
 	tf := os.NewFile(uintptr(tunnelFD), "tunnel listener")
 	l, err := net.FileListener(tf)
 	tf.Close()
@@ -115,41 +115,47 @@ func (b *box) serveTransparentBroker(ctl *control, fds []int) {
 }
 
 // claim hands the tunnel listener the Tunnel registered for a connection
-// from remote (the sandbox's loopback).
+// from remote (an address on the sandbox's loopback, as the broker bound
+// it).
 func (tp *transparent) claim(remote netip.AddrPort) *egress.Tunnel {
 	if !remote.Addr().IsLoopback() {
 		return nil
 	}
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	pt, ok := tp.pending[remote.Port()]
+	pt, ok := tp.pending[remote]
 	if !ok {
 		return nil
 	}
-	delete(tp.pending, remote.Port())
+	delete(tp.pending, remote)
 	return pt.t
 }
 
-// register records t for the connection that will come from local's port,
+// register records t for the connection that will come from local,
 // dropping tunnels that waited too long, and refuses when too many wait.
+// The zero local (the broker made no connection) closes t.
 func (tp *transparent) register(local netip.AddrPort, t *egress.Tunnel) {
+	if !local.IsValid() {
+		t.Close()
+		return
+	}
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	now := time.Now()
-	for port, pt := range tp.pending {
+	for from, pt := range tp.pending {
 		if now.Sub(pt.since) > pendingTunnelTTL {
 			pt.t.Close()
-			delete(tp.pending, port)
+			delete(tp.pending, from)
 		}
 	}
-	if old, ok := tp.pending[local.Port()]; ok {
+	if old, ok := tp.pending[local]; ok {
 		old.t.Close()
 	}
 	if len(tp.pending) >= maxPendingTunnels {
 		t.Close() // the connection arrives unclaimed and is closed
 		return
 	}
-	tp.pending[local.Port()] = pendingTunnel{t: t, since: now}
+	tp.pending[local] = pendingTunnel{t: t, since: now}
 }
 
 // decide answers one connect(2) of the sandbox. What the sandbox's network

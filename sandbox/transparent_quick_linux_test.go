@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/enforce/connbroker"
 )
 
@@ -55,5 +56,30 @@ func TestTransparentQuick(t *testing.T) {
 				t.Errorf("decide(%+v) = %+v, quick let it continue", tt.r, d)
 			}
 		})
+	}
+}
+
+// TestTransparentClaim: a tunnel is claimed only by a connection from the
+// exact loopback address and port the broker bound, once; the broker's
+// word that no connection comes (the zero address) keeps nothing.
+func TestTransparentClaim(t *testing.T) {
+	tp := &transparent{pending: map[netip.AddrPort]pendingTunnel{}}
+	from := netip.MustParseAddrPort("127.0.4.2:40000")
+	tun := &egress.Tunnel{}
+	tp.register(netip.AddrPort{}, &egress.Tunnel{})
+	if len(tp.pending) != 0 {
+		t.Fatalf("register(zero) kept %d tunnels, want none", len(tp.pending))
+	}
+	tp.register(from, tun)
+	for _, other := range []string{"127.0.4.3:40000", "127.0.0.1:40000", "127.0.4.2:40001", "192.0.2.1:40000"} {
+		if got := tp.claim(netip.MustParseAddrPort(other)); got != nil {
+			t.Errorf("claim(%s) took the tunnel registered for %v", other, from)
+		}
+	}
+	if got := tp.claim(from); got != tun {
+		t.Errorf("claim(%v) = %p, want the tunnel registered for it (%p)", from, got, tun)
+	}
+	if got := tp.claim(from); got != nil {
+		t.Errorf("claim(%v) a second time = %p, want nil", from, got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -145,6 +146,8 @@ type broker struct {
 
 	slots    chan struct{} // one token per decide in flight
 	inflight sync.WaitGroup
+
+	loopbacks atomic.Uint32 // how many loopback addresses connectOwn has bound to
 
 	failOnce sync.Once
 	failed   chan struct{} // closed with err set when an answer was refused

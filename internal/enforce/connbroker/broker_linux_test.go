@@ -380,29 +380,39 @@ func TestRedirect(t *testing.T) {
 }
 
 // TestConnectOwn: the broker connects the target's own socket where decide
-// says (Connect), telling Bound the local address first, keeps the
-// socket's fd, flags and an address the target bound itself; Continue
-// lets the kernel connect the address the target named; a Verdict that
-// asks for two things is refused with EACCES and connects nothing.
+// says (Connect), telling Bound the local address first (a loopback
+// address of its own for each socket it binds), keeps the socket's fd,
+// flags and an address the target bound itself; a socket connected there
+// already (a connect restarted after a signal) answers 0 and one
+// connected elsewhere EISCONN, Bound told that no connection comes;
+// Continue lets the kernel connect the address the target named; a
+// Verdict that asks for two things is refused with EACCES and connects
+// nothing.
 func TestConnectOwn(t *testing.T) {
 	requireBroker(t)
 	t.Parallel()
 	to := listenTCP(t)
 	direct := listenTCP(t)
 	var mu sync.Mutex
-	var bound []uint16
+	var bound []netip.AddrPort // guarded by mu
+	var unbound int            // guarded by mu: Bound told no connection comes
+	record := func(l netip.AddrPort) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !l.IsValid() {
+			unbound++
+			return
+		}
+		bound = append(bound, l)
+	}
 	rec := &recorder{fn: func(r Request) Verdict {
 		switch {
 		case r.Addr == netip.AddrPortFrom(testNet, 80):
-			return Verdict{Connect: addrPort(to), Bound: func(l netip.AddrPort) {
-				mu.Lock()
-				bound = append(bound, l.Port())
-				mu.Unlock()
-			}}
+			return Verdict{Connect: addrPort(to), Bound: record}
 		case r.Addr == addrPort(direct):
 			return Verdict{Continue: true}
 		}
-		return Verdict{Continue: true, Connect: addrPort(to)}
+		return Verdict{Continue: true, Connect: addrPort(to), Bound: record}
 	}}
 	tg := startTarget(t, "own", forbiddenEnv+"="+addrPort(direct).String())
 	s := serve(tg.listener, rec.decide)
@@ -418,29 +428,49 @@ func TestConnectOwn(t *testing.T) {
 		"blocking.connect": "0", "blocking.peer": peer, "blocking.write": "3 0", "blocking.nonblock": "false",
 		"nonblock.peer": peer, "nonblock.nonblock": "true", "nonblock.write": "2 0",
 		"bound.connect": "0", "bound.peer": peer, "bound.write": "5 0",
+		"again.connect": "0", "again.again": "0", "again.peer": peer, "again.write": "5 0",
 		"continue.connect": "0", "continue.peer": addrPort(direct).String(), "continue.write": "4 0",
+		"elsewhere.connect": "0", "elsewhere.again": errnoStr(unix.EISCONN), "elsewhere.peer": addrPort(direct).String(),
 		"both.connect": errnoStr(unix.EACCES), "both.peer": "none",
 	})
 	conns := queued(t, to)
 	var texts []string
-	var ports []uint16
+	var froms []netip.AddrPort
 	for _, c := range conns {
 		texts = append(texts, readAll(t, c))
-		ports = append(ports, c.RemoteAddr().(*net.TCPAddr).AddrPort().Port())
+		froms = append(froms, c.RemoteAddr().(*net.TCPAddr).AddrPort())
 	}
-	if strings.Join(texts, ",") != "own,nb,bound" {
-		t.Errorf("the Connect listener received %q, want own, nb, bound", texts)
+	if strings.Join(texts, ",") != "own,nb,bound,again" {
+		t.Errorf("the Connect listener received %q, want own, nb, bound, again", texts)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if fmt.Sprint(bound) != fmt.Sprint(ports) {
-		t.Errorf("Bound was told ports %v, the listener saw %v", bound, ports)
+	if fmt.Sprint(bound) != fmt.Sprint(froms) {
+		t.Errorf("Bound was told %v, the listener saw connections from %v", bound, froms)
 	}
-	if len(bound) == 3 && strconv.Itoa(int(bound[2])) != got["bound.port"] {
-		t.Errorf("an already bound socket was told port %d, it had bound %s", bound[2], got["bound.port"])
+	if unbound != 3 {
+		t.Errorf("Bound was told %d times that no connection comes, want 3 (again, elsewhere, both)", unbound)
 	}
-	if cs := queued(t, direct); len(cs) != 1 || readAll(t, cs[0]) != "cont" {
-		t.Errorf("the Continue listener got %d connections, want 1 carrying cont", len(cs))
+	if len(bound) == 4 {
+		if want := "127.0.0.1:" + got["bound.port"]; bound[2].String() != want {
+			t.Errorf("an already bound socket was told %v, it had bound %s", bound[2], want)
+		}
+		seen := map[netip.Addr]bool{}
+		for i, key := range []string{"blocking", "nonblock", "again"} {
+			l := bound[[]int{0, 1, 3}[i]]
+			if !l.Addr().IsLoopback() || seen[l.Addr()] || got[key+".local"] != l.String() {
+				t.Errorf("%s was bound to %v (the target sees %s), want a loopback address no other took", key, l, got[key+".local"])
+			}
+			seen[l.Addr()] = true
+		}
+	}
+	cs := queued(t, direct)
+	var directTexts []string
+	for _, c := range cs {
+		directTexts = append(directTexts, readAll(t, c))
+	}
+	if strings.Join(directTexts, ",") != "cont," {
+		t.Errorf("the Continue listener received %q, want cont and an empty one", directTexts)
 	}
 	for _, r := range rec.requests() {
 		if r.NetNS == 0 {

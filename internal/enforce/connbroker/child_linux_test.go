@@ -185,14 +185,19 @@ func describe(key string, fd int) error {
 	if err != nil {
 		return err
 	}
-	peer := "none"
+	peer, local := "none", "none"
 	if sa, err := unix.Getpeername(fd); err == nil {
 		if in, ok := sa.(*unix.SockaddrInet4); ok {
 			peer = netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port)).String()
 		}
 	}
-	fmt.Printf("%s.fd %d\n%s.nonblock %v\n%s.cloexec %v\n%s.type %d\n%s.peer %s\n",
-		key, fd, key, fl&unix.O_NONBLOCK != 0, key, fdfl&unix.FD_CLOEXEC != 0, key, typ, key, peer)
+	if sa, err := unix.Getsockname(fd); err == nil {
+		if in, ok := sa.(*unix.SockaddrInet4); ok {
+			local = netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port)).String()
+		}
+	}
+	fmt.Printf("%s.fd %d\n%s.nonblock %v\n%s.cloexec %v\n%s.type %d\n%s.peer %s\n%s.local %s\n",
+		key, fd, key, fl&unix.O_NONBLOCK != 0, key, fdfl&unix.FD_CLOEXEC != 0, key, typ, key, peer, key, local)
 	return nil
 }
 
@@ -233,27 +238,33 @@ func childRedirect() error {
 }
 
 // childOwn connects its own sockets: to TEST-NET, which the parent
-// connects to a loopback listener instead (blocking and non-blocking, and
-// one already bound); to the forbidden listener, which the parent lets
-// continue; and to TEST-NET port 9, which the parent answers with a
-// Verdict that asks for two things.
+// connects to a loopback listener instead (blocking and non-blocking, one
+// already bound, and one that then connects to TEST-NET again, as a
+// connect restarted after a signal does); to the forbidden listener,
+// which the parent lets continue (once more, then to TEST-NET: EISCONN);
+// and to TEST-NET port 9, which the parent answers with a Verdict that
+// asks for two things.
 func childOwn() error {
 	dst, err := forbidden()
 	if err != nil {
 		return err
 	}
+	own := netip.AddrPortFrom(testNet, 80)
 	for _, c := range []struct {
-		key  string
-		typ  int
-		to   netip.AddrPort
-		bind bool
-		data string
+		key   string
+		typ   int
+		to    netip.AddrPort
+		bind  bool
+		data  string
+		again netip.AddrPort // connect again, to this
 	}{
-		{"blocking", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 80), false, "own"},
-		{"nonblock", unix.SOCK_STREAM | unix.SOCK_NONBLOCK, netip.AddrPortFrom(testNet, 80), false, "nb"},
-		{"bound", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 80), true, "bound"},
-		{"continue", unix.SOCK_STREAM, dst, false, "cont"},
-		{"both", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 9), false, ""},
+		{"blocking", unix.SOCK_STREAM, own, false, "own", netip.AddrPort{}},
+		{"nonblock", unix.SOCK_STREAM | unix.SOCK_NONBLOCK, own, false, "nb", netip.AddrPort{}},
+		{"bound", unix.SOCK_STREAM, own, true, "bound", netip.AddrPort{}},
+		{"again", unix.SOCK_STREAM, own, false, "again", own},
+		{"continue", unix.SOCK_STREAM, dst, false, "cont", netip.AddrPort{}},
+		{"elsewhere", unix.SOCK_STREAM, dst, false, "", own},
+		{"both", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 9), false, "", netip.AddrPort{}},
 	} {
 		fd, err := unix.Socket(unix.AF_INET, c.typ, 0)
 		if err != nil {
@@ -273,6 +284,9 @@ func childOwn() error {
 			unix.Poll(pfd, 10000)
 			v, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 			fmt.Printf("%s.so_error %d\n", c.key, v)
+		}
+		if c.again.IsValid() {
+			fmt.Printf("%s.again %d\n", c.key, errnoOf(unix.Connect(fd, sockaddr(c.again))))
 		}
 		if err := describe(c.key, fd); err != nil {
 			return err

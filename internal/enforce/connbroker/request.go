@@ -95,17 +95,26 @@ type Verdict struct {
 	// from the target (pidfd_getfd), so the socket keeps its fd number,
 	// options and network namespace: an address on lo is the loopback of
 	// the socket's namespace, not the supervisor's. A socket without a
-	// local address is first bound to an ephemeral port on the loopback
-	// (127.0.0.1, or ::ffff:127.0.0.1 for AF_INET6), then Bound, when
-	// set, is called with the local address, before the connect. The
-	// target's connect returns what the supervisor's did, so a
-	// non-blocking socket may get EINPROGRESS and complete later, as
-	// from its own connect. For AF_INET6 an IPv4 Connect is v4-mapped.
+	// local address is first bound to an ephemeral port on a loopback
+	// address (127.0.0.1 to 127.255.255.254, a different one for each
+	// Connect in turn; v4-mapped for AF_INET6, or ::1 for an IPv6
+	// Connect), then Bound, when set, is called with the local address,
+	// before the connect. The target's connect returns what the
+	// supervisor's did, so a non-blocking socket may get EINPROGRESS and
+	// complete later, as from its own connect; a stream socket that is
+	// connected already answers 0 if it is connected to Connect (the
+	// broker connected it for the same connect, which a signal then
+	// interrupted and restarted), else EISCONN. For AF_INET6 an IPv4
+	// Connect is v4-mapped.
 	Connect netip.AddrPort
 
-	// Bound is called with the socket's local address before a Connect
-	// is made, so the listener at Connect can tell the connection by its
-	// source port. It must not block.
+	// Bound, when set with Connect, is called exactly once, and must not
+	// block: with the socket's local address before the broker connects
+	// it, so the listener at Connect can tell the connection by its
+	// source address; or with the zero AddrPort when the broker makes no
+	// connection for this Verdict (it refuses it, or the socket cannot be
+	// bound or is connected already), so whatever was kept for the
+	// connection can be let go.
 	Bound func(local netip.AddrPort)
 }
 
