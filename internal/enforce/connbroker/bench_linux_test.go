@@ -2,6 +2,7 @@ package connbroker
 
 import (
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ import (
 // connects a new socket to a listener on loopback and closes it. The
 // broker lets it continue, answered by Handler.Quick ("quick") or by
 // Decide ("decide"), connects it elsewhere (Verdict.Connect, to another
-// listener) or installs a connection Decide dialed (Verdict.Conn).
+// listener) or installs a connection Decide dialed (Verdict.Conn), with
+// raw syscalls ("rawconn") or the net package ("conn").
 func BenchmarkServe(b *testing.B) {
 	requireBroker(b)
 	accept := func(ln *net.TCPListener) {
@@ -47,6 +49,18 @@ func BenchmarkServe(b *testing.B) {
 		{"tcp/quick", false, quick, nil},
 		{"tcp/decide", false, nil, cont},
 		{"tcp/connect", false, nil, func(Request) Verdict { return Verdict{Connect: addrPort(other)} }},
+		{"tcp/rawconn", false, nil, func(Request) Verdict {
+			// As the backend without namespaces dials: raw syscalls.
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return Verdict{Errno: unix.ENOBUFS}
+			}
+			if err := unix.Connect(fd, sockaddr(addrPort(other))); err != nil {
+				unix.Close(fd)
+				return Verdict{Errno: unix.ECONNREFUSED}
+			}
+			return Verdict{Conn: os.NewFile(uintptr(fd), "conn")}
+		}},
 		{"tcp/conn", false, nil, func(Request) Verdict {
 			c, err := net.Dial("tcp4", other.Addr().String())
 			if err != nil {
