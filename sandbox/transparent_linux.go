@@ -53,7 +53,7 @@ type transparent struct {
 	netns uint64 // SO_NETNS_COOKIE of the sandbox's network namespace
 
 	mu      sync.Mutex
-	pending map[uint16]pendingTunnel // guarded by mu: by the source port of the connection that will claim it
+	pending map[netip.AddrPort]pendingTunnel // guarded by mu: by the source address of the connection that will claim it
 }
 
 type pendingTunnel struct {
@@ -70,7 +70,7 @@ func (b *box) serveTransparent(p *egress.Proxy, tunnelFD, dnsFD int) error {
 		unix.Close(dnsFD)
 		return fmt.Errorf("transparent egress: read the sandbox's network namespace (SO_NETNS_COOKIE, Linux 5.14): %v", err)
 	}
-	tp := &transparent{b: b, p: p, names: egress.NewNames(0), netns: cookie, pending: map[uint16]pendingTunnel{}}
+	tp := &transparent{b: b, p: p, names: egress.NewNames(0), netns: cookie, pending: map[netip.AddrPort]pendingTunnel{}}
 	tf := os.NewFile(uintptr(tunnelFD), "tunnel listener")
 	l, err := net.FileListener(tf)
 	tf.Close()
@@ -106,7 +106,8 @@ func (b *box) serveTransparentBroker(ctl *control, fds []int) {
 		return
 	}
 	ctl.watch(func(stop <-chan struct{}) {
-		if err := connbroker.Serve(fds[0], tp.decide, stop); err != nil {
+		h := connbroker.Handler{Quick: tp.quick, Decide: tp.decide}
+		if err := h.Serve(fds[0], stop); err != nil {
 			b.log.Error("sandbox: connect broker", "err", err)
 			b.kill()
 		}
@@ -114,41 +115,47 @@ func (b *box) serveTransparentBroker(ctl *control, fds []int) {
 }
 
 // claim hands the tunnel listener the Tunnel registered for a connection
-// from remote (the sandbox's loopback).
+// from remote (an address on the sandbox's loopback, as the broker bound
+// it).
 func (tp *transparent) claim(remote netip.AddrPort) *egress.Tunnel {
 	if !remote.Addr().IsLoopback() {
 		return nil
 	}
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	pt, ok := tp.pending[remote.Port()]
+	pt, ok := tp.pending[remote]
 	if !ok {
 		return nil
 	}
-	delete(tp.pending, remote.Port())
+	delete(tp.pending, remote)
 	return pt.t
 }
 
-// register records t for the connection that will come from local's port,
+// register records t for the connection that will come from local,
 // dropping tunnels that waited too long, and refuses when too many wait.
+// The zero local (the broker made no connection) closes t.
 func (tp *transparent) register(local netip.AddrPort, t *egress.Tunnel) {
+	if !local.IsValid() {
+		t.Close()
+		return
+	}
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
 	now := time.Now()
-	for port, pt := range tp.pending {
+	for from, pt := range tp.pending {
 		if now.Sub(pt.since) > pendingTunnelTTL {
 			pt.t.Close()
-			delete(tp.pending, port)
+			delete(tp.pending, from)
 		}
 	}
-	if old, ok := tp.pending[local.Port()]; ok {
+	if old, ok := tp.pending[local]; ok {
 		old.t.Close()
 	}
 	if len(tp.pending) >= maxPendingTunnels {
 		t.Close() // the connection arrives unclaimed and is closed
 		return
 	}
-	tp.pending[local.Port()] = pendingTunnel{t: t, since: now}
+	tp.pending[local] = pendingTunnel{t: t, since: now}
 }
 
 // decide answers one connect(2) of the sandbox. What the sandbox's network
@@ -166,13 +173,10 @@ func (tp *transparent) decide(r connbroker.Request) connbroker.Verdict {
 		tp.deny(r.Addr.String(), "the socket is not in the sandbox's network namespace", "")
 		return connbroker.Verdict{Errno: unix.EACCES}
 	}
-	if r.Family != unix.AF_INET && r.Family != unix.AF_INET6 || r.Type != unix.SOCK_STREAM {
+	if local(r) {
 		return connbroker.Verdict{Continue: true}
 	}
 	a := r.Addr.Addr()
-	if a.IsLoopback() || a.IsUnspecified() {
-		return connbroker.Verdict{Continue: true}
-	}
 	host := a.String()
 	if egress.SyntheticPrefix.Contains(a) {
 		name, ok := tp.names.Lookup(a)
@@ -195,6 +199,32 @@ func (tp *transparent) decide(r connbroker.Request) connbroker.Verdict {
 		Connect: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), plan.TunnelPort),
 		Bound:   func(local netip.AddrPort) { tp.register(local, t) },
 	}
+}
+
+// quick answers at once, on the broker's receiving goroutine, the
+// connects decide would let continue (a local server, the in-sandbox
+// proxy, a resolver's UDP socket): the same checks, in the same order,
+// and nothing that blocks or writes; it leaves everything else, denials
+// and their audit events included, to decide.
+func (tp *transparent) quick(r connbroker.Request) (connbroker.Verdict, bool) {
+	if r.NetNS != tp.netns || !local(r) {
+		return connbroker.Verdict{}, false
+	}
+	return connbroker.Verdict{Continue: true}, true
+}
+
+// local reports whether r is a connect the sandbox's network namespace
+// carries out by itself, which reaches nothing outside it provided the
+// socket is in that namespace (the caller checks r.NetNS first): any
+// family but AF_INET and AF_INET6 (unix sockets), any socket but a stream
+// one (a datagram goes nowhere but lo), and loopback or unspecified
+// addresses (both mean lo).
+func local(r connbroker.Request) bool {
+	if r.Family != unix.AF_INET && r.Family != unix.AF_INET6 || r.Type != unix.SOCK_STREAM {
+		return true
+	}
+	a := r.Addr.Addr()
+	return a.IsLoopback() || a.IsUnspecified()
 }
 
 // tunnelErrno is the errno the sandbox's connect fails with when the

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
@@ -235,4 +238,104 @@ print("flip reached the victim", ok, "times; connect results by errno:", errs)
 		t.Errorf("the host's victim server received %d connections", n)
 	}
 	t.Logf("inside:\n%s", rep.Stdout)
+}
+
+// connectBenchScript makes argv[2] connects of the kind argv[1] from one
+// thread and prints the nanoseconds they took, measured inside the
+// sandbox so that the sandbox's start and exit do not count:
+//   - tcp: a TCP connect to a listener on the sandbox's 127.0.0.1, then
+//     accept and close both ends (a test suite talking to a local server);
+//   - udp: connect of one UDP socket to 127.0.0.1, again and again (the
+//     smallest connect there is, which shows the broker's share best);
+//   - unix: a stream connect to an abstract unix socket, accept, close;
+//   - tunnel: a TCP connect to argv[3]:argv[4], a granted host outside,
+//     resolved once (transparent egress: the broker's tunnel path).
+const connectBenchScript = `
+import socket, sys, time
+kind, n = sys.argv[1], int(sys.argv[2])
+if kind == "tcp":
+    l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(128); dst = l.getsockname()
+    def one():
+        c = socket.socket(); c.connect(dst); l.accept()[0].close(); c.close()
+elif kind == "udp":
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    def one():
+        u.connect(("127.0.0.1", 9))
+elif kind == "unix":
+    l = socket.socket(socket.AF_UNIX); l.bind("\0airlock-bench"); l.listen(128)
+    def one():
+        c = socket.socket(socket.AF_UNIX); c.connect("\0airlock-bench"); l.accept()[0].close(); c.close()
+elif kind == "tunnel":
+    dst = (socket.gethostbyname(sys.argv[3]), int(sys.argv[4]))
+    def one():
+        c = socket.create_connection(dst, timeout=10); c.close()
+one()
+t = time.perf_counter_ns()
+for _ in range(n):
+    one()
+print("elapsed", time.perf_counter_ns() - t)
+`
+
+// BenchmarkConnect times connect(2) inside a sandbox of the namespace
+// backend, per connect: "netns" without net_hosts (connect is the
+// kernel's alone: the baseline) and "transparent" with net_hosts (every
+// connect goes through the supervisor's connect broker, loopback and
+// unix sockets answered with CONTINUE, a granted host outside through
+// the proxy's tunnel). One sandbox runs all b.N connects of a case; the
+// ns/connect metric is what the program measured around its loop.
+func BenchmarkConnect(b *testing.B) {
+	airtest.RequireUserNS(b)
+	airtest.RequireLandlockABI(b, 4)
+	airtest.RequireBinary(b, "/usr/bin/python3")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() { // the granted host outside: accepts and closes
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := portOf(ln.Addr().String())
+	for _, mode := range []struct {
+		name string
+		spec policy.Spec
+	}{
+		{"netns", policy.Spec{}},
+		{"transparent", policy.Spec{NetHosts: []string{"host.airlock.internal:" + port}}},
+	} {
+		for _, kind := range []string{"tcp", "udp", "unix", "tunnel"} {
+			if kind == "tunnel" && len(mode.spec.NetHosts) == 0 {
+				continue
+			}
+			b.Run(mode.name+"/"+kind, func(b *testing.B) {
+				spec := mode.spec
+				spec.Budget.Wall = 10 * time.Minute
+				spec.Budget.Ops = 1_000_000_000
+				p, err := policy.New(spec)
+				if err != nil {
+					b.Fatalf("policy.New: %v", err)
+				}
+				cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, CommandIsGranted: true,
+					Args: []string{"/usr/bin/python3", "-c", connectBenchScript, kind, strconv.Itoa(b.N), "host.airlock.internal", port}}
+				rep, err := cmd.Run(b.Context())
+				if err != nil {
+					b.Fatalf("Run: %v", err)
+				}
+				var ns float64
+				if rep.ExitCode != 0 || !strings.HasPrefix(rep.Stdout, "elapsed ") {
+					b.Fatalf("exit %d, stdout %q, stderr:\n%s", rep.ExitCode, rep.Stdout, rep.Stderr)
+				}
+				if ns, err = strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(rep.Stdout, "elapsed ")), 64); err != nil {
+					b.Fatalf("elapsed: %v", err)
+				}
+				b.ReportMetric(ns/float64(b.N), "ns/connect")
+			})
+		}
+	}
 }

@@ -4,19 +4,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/netip"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
 
 const (
-	// maxInFlight bounds the notifications being decided at once. Each
-	// runs in its own goroutine, so a slow decide (one that dials) holds
-	// up only its own connect; beyond the bound the broker refuses at
-	// once with EAGAIN, which connect(2) documents for a transient
-	// shortage and programs retry.
+	// maxInFlight bounds the notifications being decided at once by
+	// Handler.Decide. Each runs in its own goroutine, so a slow decide
+	// (one that dials) holds up only its own connect; beyond the bound the
+	// broker refuses at once with EAGAIN, which connect(2) documents for
+	// a transient shortage and programs retry.
 	maxInFlight = 64
 
 	// pollMillis is how often Serve looks at stop while no notification
@@ -71,6 +71,14 @@ func nativeArch() (uint32, error) {
 // Serve answers the connect notifications of the seccomp filter whose
 // listener fd is listener (from seccomp.InstallListener), calling decide
 // for each connect whose fd and sockaddr it could read (see Verdict). It
+// is Handler{Decide: decide}.Serve(listener, stop): see there.
+func Serve(listener int, decide func(Request) Verdict, stop <-chan struct{}) error {
+	return Handler{Decide: decide}.Serve(listener, stop)
+}
+
+// Serve answers the connect notifications of the seccomp filter whose
+// listener fd is listener (from seccomp.InstallListener), asking h about
+// each connect whose fd and sockaddr it could read (see Verdict). It
 // answers the rest itself: EINVAL for an addrlen below 2 or above 128, or
 // a sockaddr shorter than its family's struct, without reading memory for
 // a bad addrlen; EBADF or ENOTSOCK for an fd that is not an open socket;
@@ -78,18 +86,20 @@ func nativeArch() (uint32, error) {
 // allowed to read the target (process_vm_readv, pidfd_getfd); EPERM for a
 // syscall other than connect or a foreign architecture, which a filter
 // built by seccomp.Build never hands over. It answers
-// SECCOMP_USER_NOTIF_FLAG_CONTINUE only when decide asks for it
+// SECCOMP_USER_NOTIF_FLAG_CONTINUE only when h asks for it
 // (Verdict.Continue): see the package doc.
 //
-// Each notification is decided in its own goroutine, at most 64 at a
-// time; beyond that a connect is refused at once with EAGAIN. decide may
-// therefore dial (the target's thread waits in connect meanwhile), but it
-// must bound the time it takes: Serve waits for every decide in flight
-// before it returns. When the target's connect is interrupted before the
-// answer (a signal, or the target is killed), its notification is gone:
-// the broker closes the connection decide made and answers nothing, and
-// the kernel restarts or fails the target's connect as for any
-// interrupted syscall.
+// One goroutine receives the notifications, reads each target and asks
+// h.Quick, and answers there what it can; each Request Quick leaves goes
+// to h.Decide on a goroutine of its own, at most 64 at a time; beyond
+// that a connect is refused at once with EAGAIN. Decide may therefore
+// dial (the target's thread waits in connect meanwhile), but it must
+// bound the time it takes: Serve waits for every Decide in flight before
+// it returns. When the target's connect is interrupted before the answer
+// (a signal, or the target is killed), its notification is gone: the
+// broker closes the connection Decide made and answers nothing, and the
+// kernel restarts or fails the target's connect as for any interrupted
+// syscall.
 //
 // Serve returns nil once stop is closed (nil stop: never) or every task
 // that used the filter is gone (poll(2) reports POLLHUP, Linux 5.8). It
@@ -100,7 +110,7 @@ func nativeArch() (uint32, error) {
 // ENOSYS, where a listener left open with nobody serving would block them
 // forever.
 //
-// Serve panics if decide is nil.
+// Serve panics if h.Decide is nil.
 //
 // Preconditions:
 //   - the calling process may ptrace-attach to the target (ptrace(2)
@@ -109,11 +119,11 @@ func nativeArch() (uint32, error) {
 //     1 for an ancestor, or CAP_SYS_PTRACE; otherwise every connect is
 //     refused with EACCES;
 //   - /proc is mounted for the supervisor's pid namespace.
-func Serve(listener int, decide func(Request) Verdict, stop <-chan struct{}) error {
-	if decide == nil {
+func (h Handler) Serve(listener int, stop <-chan struct{}) error {
+	if h.Decide == nil {
 		panic("connbroker: Serve called with a nil decide")
 	}
-	b, err := newBroker(listener, decide)
+	b, err := newBroker(listener, h)
 	if err != nil {
 		unix.Close(listener)
 		return err
@@ -129,19 +139,22 @@ func Serve(listener int, decide func(Request) Verdict, stop <-chan struct{}) err
 // broker is one Serve call.
 type broker struct {
 	listener int
+	quick    func(Request) (Verdict, bool) // nil: every Request goes to decide
 	decide   func(Request) Verdict
 	arch     uint32
 	sizes    notifSizes
 
-	slots    chan struct{} // one token per notification in flight
+	slots    chan struct{} // one token per decide in flight
 	inflight sync.WaitGroup
+
+	loopbacks atomic.Uint32 // how many loopback addresses connectOwn has bound to
 
 	failOnce sync.Once
 	failed   chan struct{} // closed with err set when an answer was refused
 	err      error         // set once, before failed is closed
 }
 
-func newBroker(listener int, decide func(Request) Verdict) (*broker, error) {
+func newBroker(listener int, h Handler) (*broker, error) {
 	arch, err := nativeArch()
 	if err != nil {
 		return nil, err
@@ -155,7 +168,8 @@ func newBroker(listener int, decide func(Request) Verdict) (*broker, error) {
 	}
 	return &broker{
 		listener: listener,
-		decide:   decide,
+		quick:    h.Quick,
+		decide:   h.Decide,
 		arch:     arch,
 		sizes:    sizes,
 		slots:    make(chan struct{}, maxInFlight),
@@ -173,6 +187,9 @@ func (b *broker) fail(err error) {
 
 // serve receives notifications and dispatches them until it must stop.
 func (b *broker) serve(stop <-chan struct{}) error {
+	// Only speed depends on it, so a kernel before 6.6 that does not
+	// know the flag (EINVAL) changes nothing.
+	_ = syncWakeUp(b.listener)
 	// The kernel requires a zeroed buffer of its own struct's size, which
 	// may be larger than ours.
 	buf := make([]byte, b.sizes.notif)
@@ -230,244 +247,59 @@ func (b *broker) serve(stop <-chan struct{}) error {
 			}
 			return fmt.Errorf("connbroker: receive notification on fd %d: %w: pass a seccomp listener fd", b.listener, err)
 		}
-		nt := parseNotif(buf)
-		select {
-		case b.slots <- struct{}{}:
-			b.inflight.Add(1)
-			go func() {
-				defer b.inflight.Done()
-				defer func() { <-b.slots }()
-				b.handle(nt)
-			}()
-		default:
-			b.respond(nt.id, unix.EAGAIN)
-		}
+		b.dispatch(parseNotif(buf))
 	}
 }
 
-// handle answers one notification, unless the target is gone.
-func (b *broker) handle(n notif) {
-	if errno, ok := b.answer(n); ok {
+// dispatch answers the notification n: on the receiving goroutine when it
+// can (what the broker refuses by itself, what Quick answers), else on a
+// goroutine of its own, where Decide may block.
+//
+// Answering on the receiving goroutine is what makes a connect the sandbox
+// carries out by itself cheap: with the listener's wake-ups synchronous
+// (syncWakeUp) the target's thread and this goroutine's pass one CPU back
+// and forth, where a hand-over to another goroutine wakes a thread on the
+// other CPU and back again, an idle CPU each time in a VM (measured: 3 us
+// for the round trip alone against 25-60 us).
+func (b *broker) dispatch(n notif) {
+	req, sock, errno, ok := b.read(n)
+	switch {
+	case !ok:
+		return // the target is gone: nothing to answer
+	case errno != 0:
 		b.respond(n.id, errno)
+		return
 	}
-}
-
-// answer works out the answer to n, installing the connection when decide
-// made one. It returns the errno to answer with (0: connect returns 0),
-// and false when the notification is no longer valid and needs no answer.
-func (b *broker) answer(n notif) (unix.Errno, bool) {
-	if n.arch != b.arch || n.nr != unix.SYS_CONNECT {
-		return unix.EPERM, true
-	}
-	// connect's fd and addrlen are ints: the kernel reads the low 32 bits
-	// of the registers, and so does the broker.
-	fd, addrlen := int(int32(n.args[0])), int(int32(n.args[2]))
-	if addrlen < minAddrLen || addrlen > maxAddrLen {
-		return unix.EINVAL, true
-	}
-	sock, errno := inspectSocket(n.pid, fd)
-	var raw []byte
-	if errno == 0 {
-		defer unix.Close(sock.copy)
-		raw, errno = readSockaddr(n.pid, n.args[1], addrlen)
-	}
-	// Only now is what was read known to be the target's: the thread was
-	// still waiting in this connect after every read, so its pid had not
-	// been reused.
-	if !b.valid(n.id) {
-		return 0, false
-	}
-	if errno != 0 {
-		return errno, true
-	}
-	req, errno := parseSockaddr(raw)
-	if errno != 0 {
-		return errno, true
-	}
-	req.Pid, req.FD = n.pid, fd
-	req.Domain, req.Type, req.Protocol = sock.domain, sock.typ, sock.protocol
-	req.NetNS = sock.netns
-	v := b.decide(req)
-	switch {
-	case v.Continue && v.Conn == nil && v.Errno == 0 && !v.Connect.IsValid():
-		b.respondContinue(n.id)
-		return 0, false // answered
-	case v.Connect.IsValid() && v.Conn == nil && v.Errno == 0 && !v.Continue:
-		return connectOwn(sock, v), true
-	case v.Continue || v.Connect.IsValid():
-		if v.Conn != nil {
-			v.Conn.Close()
+	if b.quick != nil {
+		if v, ok := b.quick(req); ok {
+			b.answerQuick(n.id, v)
+			unix.Close(sock.copy)
+			return
 		}
-		return unix.EACCES, true // a Verdict that asks for two things
 	}
-	return b.install(n.id, fd, sock.flags, v)
-}
-
-// connectOwn carries out v.Connect on the broker's copy of the target's
-// socket and returns the errno the target's connect answers with.
-func connectOwn(sock socketInfo, v Verdict) unix.Errno {
-	dst := v.Connect
-	var sa, loop unix.Sockaddr
-	switch {
-	case sock.domain == unix.AF_INET && dst.Addr().Is4():
-		sa = &unix.SockaddrInet4{Addr: dst.Addr().As4(), Port: int(dst.Port())}
-		loop = &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}
-	case sock.domain == unix.AF_INET6:
-		sa = &unix.SockaddrInet6{Addr: dst.Addr().As16(), Port: int(dst.Port())}
-		loop = &unix.SockaddrInet6{Addr: netip.AddrFrom4([4]byte{127, 0, 0, 1}).As16()}
-		if dst.Addr().Is6() && !dst.Addr().Is4In6() {
-			loop = &unix.SockaddrInet6{Addr: netip.IPv6Loopback().As16()}
-		}
+	select {
+	case b.slots <- struct{}{}:
+		b.inflight.Add(1)
+		go func() {
+			defer b.inflight.Done()
+			defer func() { <-b.slots }()
+			defer unix.Close(sock.copy)
+			if errno, ok := b.carryOut(n.id, req, sock, b.decide(req)); ok {
+				b.respond(n.id, errno)
+			}
+		}()
 	default:
-		return unix.EAFNOSUPPORT
-	}
-	local, err := unix.Getsockname(sock.copy)
-	if err != nil {
-		return unix.EACCES
-	}
-	if addrOf(local).Port() == 0 {
-		if err := unix.Bind(sock.copy, loop); err != nil {
-			return errnoOr(err, unix.EADDRNOTAVAIL)
-		}
-		if local, err = unix.Getsockname(sock.copy); err != nil {
-			return unix.EACCES
-		}
-	}
-	if v.Bound != nil {
-		v.Bound(addrOf(local))
-	}
-	return errnoOr(unix.Connect(sock.copy, sa), unix.ECONNREFUSED)
-}
-
-// addrOf returns the address of an AF_INET or AF_INET6 sockaddr, IPv4
-// unmapped; the zero AddrPort for anything else.
-func addrOf(sa unix.Sockaddr) netip.AddrPort {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
-	case *unix.SockaddrInet6:
-		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr).Unmap(), uint16(a.Port))
-	}
-	return netip.AddrPort{}
-}
-
-// errnoOr returns err's errno (0 for nil), or def for an error without one.
-func errnoOr(err error, def unix.Errno) unix.Errno {
-	var e unix.Errno
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &e) && e <= maxErrno:
-		return e
-	}
-	return def
-}
-
-// install carries out v for the notification id: it moves v.Conn into the
-// target at fd, with the O_NONBLOCK and O_CLOEXEC of flags, and returns
-// the errno to answer with and whether to answer at all (as answer does).
-func (b *broker) install(id uint64, fd, flags int, v Verdict) (unix.Errno, bool) {
-	if v.Conn != nil {
-		// The supervisor's copy: the target has its own once installed.
-		// A close error leaves nothing to undo.
-		defer v.Conn.Close()
-	}
-	switch {
-	case v.Errno != 0 && v.Errno <= maxErrno:
-		return v.Errno, true
-	case v.Errno != 0 || v.Conn == nil:
-		return unix.EACCES, true
-	}
-	rc, err := v.Conn.SyscallConn()
-	if err != nil {
-		return unix.EACCES, true
-	}
-	errno, ok := unix.EACCES, true
-	if err := rc.Control(func(src uintptr) { errno, ok = b.addFD(id, int(src), fd, flags) }); err != nil {
-		return unix.EACCES, true // Conn was already closed
-	}
-	return errno, ok
-}
-
-// addFD installs the supervisor's socket src in the target at fd with
-// SECCOMP_IOCTL_NOTIF_ADDFD and SECCOMP_ADDFD_FLAG_SETFD (Linux 5.9),
-// which replaces whatever the target has at fd, as dup2 would. O_NONBLOCK
-// is a flag of the open file, which the target and the supervisor now
-// share, so it is set as the target had it before the target can see the
-// socket; close-on-exec is a flag of the target's fd and given to ADDFD.
-func (b *broker) addFD(id uint64, src, fd, flags int) (unix.Errno, bool) {
-	fl, err := unix.FcntlInt(uintptr(src), unix.F_GETFL, 0)
-	if err != nil {
-		return unix.EACCES, true
-	}
-	if want := fl&^unix.O_NONBLOCK | flags&unix.O_NONBLOCK; want != fl {
-		if _, err := unix.FcntlInt(uintptr(src), unix.F_SETFL, want); err != nil {
-			return unix.EACCES, true
-		}
-	}
-	arg := make([]byte, sizeofAddfd)
-	e := binary.NativeEndian
-	e.PutUint64(arg, id)
-	e.PutUint32(arg[8:], unix.SECCOMP_ADDFD_FLAG_SETFD)
-	e.PutUint32(arg[12:], uint32(src))
-	e.PutUint32(arg[16:], uint32(fd))
-	e.PutUint32(arg[20:], uint32(flags&unix.O_CLOEXEC))
-	got, err := ioctlBuf(b.listener, unix.SECCOMP_IOCTL_NOTIF_ADDFD, arg)
-	var errno unix.Errno
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return 0, false // the target is gone, or its connect was interrupted
-	case errors.As(err, &errno):
-		// EBADF or EMFILE: fd is beyond the target's RLIMIT_NOFILE.
-		return errno, true
-	case err != nil:
-		return unix.EACCES, true
-	case got != fd:
-		b.fail(fmt.Errorf("connbroker: airlock bug: ADDFD with SETFD installed fd %d, not the target's fd %d", got, fd))
-		return 0, false
-	}
-	return 0, true
-}
-
-// valid reports whether the notification id still waits for an answer
-// (SECCOMP_IOCTL_NOTIF_ID_VALID).
-func (b *broker) valid(id uint64) bool {
-	arg := make([]byte, 8)
-	binary.NativeEndian.PutUint64(arg, id)
-	_, err := ioctlBuf(b.listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, arg)
-	switch {
-	case err == nil:
-		return true
-	case !errors.Is(err, unix.ENOENT):
-		b.fail(fmt.Errorf("connbroker: check notification %#x: %w", id, err))
-	}
-	return false
-}
-
-// respondContinue answers the notification id with
-// SECCOMP_USER_NOTIF_FLAG_CONTINUE: the kernel carries out the target's
-// own connect (Verdict.Continue).
-func (b *broker) respondContinue(id uint64) {
-	resp := make([]byte, b.sizes.resp)
-	e := binary.NativeEndian
-	e.PutUint64(resp, id)
-	e.PutUint32(resp[20:], unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE)
-	_, err := ioctlBuf(b.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, resp)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
-		b.fail(fmt.Errorf("connbroker: let notification %#x continue: %w", id, err))
+		unix.Close(sock.copy)
+		b.respond(n.id, unix.EAGAIN)
 	}
 }
 
-// respond answers the notification id: connect returns 0 for errno 0,
-// else -1 with errno, and the kernel does nothing more.
-func (b *broker) respond(id uint64, errno unix.Errno) {
-	resp := make([]byte, b.sizes.resp)
-	e := binary.NativeEndian
-	e.PutUint64(resp, id)
-	// val (resp[8:16]) stays 0: connect's result on success.
-	e.PutUint32(resp[16:], uint32(-int32(errno)))
-	_, err := ioctlBuf(b.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, resp)
-	if err != nil && !errors.Is(err, unix.ENOENT) { // ENOENT: the target is gone
-		b.fail(fmt.Errorf("connbroker: answer notification %#x with errno %d: %w", id, errno, err))
-	}
+// syncWakeUp sets SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on the listener
+// (SECCOMP_IOCTL_NOTIF_SET_FLAGS, Linux 6.6): the kernel wakes a waiter
+// of the listener (this broker's poll) on the CPU of the target's thread
+// that notified, and the target's thread on the CPU of the broker's
+// thread that answered, as a synchronous hand-off instead of a wake-up on
+// another CPU. It changes when threads run, nothing of what they may do.
+func syncWakeUp(listener int) error {
+	return unix.IoctlSetInt(listener, unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
 }

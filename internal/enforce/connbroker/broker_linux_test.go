@@ -43,7 +43,7 @@ const childTimeout = 60 * time.Second
 // requireBroker skips unless the kernel can run the broker: seccomp user
 // notification with ADDFD (Linux 5.9) and a parent allowed to read its
 // child (Yama ptrace_scope below 3).
-func requireBroker(t *testing.T) {
+func requireBroker(t testing.TB) {
 	t.Helper()
 	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err != nil {
 		airtest.SkipOrFail(t, "kernel has no seccomp (prctl PR_GET_SECCOMP: %v)", err)
@@ -52,18 +52,28 @@ func requireBroker(t *testing.T) {
 	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_GET_ACTION_AVAIL, 0, uintptr(unsafe.Pointer(&action))); errno != 0 {
 		airtest.SkipOrFail(t, "kernel has no seccomp user notification (SECCOMP_GET_ACTION_AVAIL USER_NOTIF: %v); it needs Linux 5.0", errno)
 	}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		t.Fatalf("uname: %v", err)
-	}
-	release := unix.ByteSliceToString(u.Release[:])
-	var major, minor int
-	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil || major < 5 || major == 5 && minor < 9 {
+	if ok, release := kernelAtLeast(t, 5, 9); !ok {
 		airtest.SkipOrFail(t, "kernel %s is older than 5.9, which added SECCOMP_IOCTL_NOTIF_ADDFD", release)
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && strings.TrimSpace(string(b)) == "3" {
 		airtest.SkipOrFail(t, "Yama ptrace_scope is 3: no process may read another's memory (process_vm_readv, pidfd_getfd)")
 	}
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or
+// later, and its release.
+func kernelAtLeast(t testing.TB, major, minor int) (bool, string) {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatalf("uname: %v", err)
+	}
+	release := unix.ByteSliceToString(u.Release[:])
+	var maj, min int
+	if _, err := fmt.Sscanf(release, "%d.%d", &maj, &min); err != nil {
+		t.Fatalf("kernel release %q: %v", release, err)
+	}
+	return maj > major || maj == major && min >= minor, release
 }
 
 // target is a running child and the listener it sent.
@@ -77,7 +87,7 @@ type target struct {
 
 // startTarget starts a child in mode with extra environment env and
 // receives its listener. The child is killed when the test ends.
-func startTarget(t *testing.T, mode string, env ...string) *target {
+func startTarget(t testing.TB, mode string, env ...string) *target {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), childTimeout)
 	t.Cleanup(cancel)
@@ -138,7 +148,7 @@ func (tg *target) stderrText() string { return tg.stderr.String() }
 
 // wait waits for the child to exit and returns its "key value" lines. It
 // fails t unless the child exited 0 after printing "done".
-func (tg *target) wait(t *testing.T) map[string]string {
+func (tg *target) wait(t testing.TB) map[string]string {
 	t.Helper()
 	err := tg.cmd.Wait()
 	out := tg.stdout.String()
@@ -163,14 +173,19 @@ type served struct {
 
 // serve runs Serve on listener, which it then owns.
 func serve(listener int, decide func(Request) Verdict) *served {
+	return serveHandler(listener, Handler{Decide: decide})
+}
+
+// serveHandler runs h.Serve on listener, which it then owns.
+func serveHandler(listener int, h Handler) *served {
 	s := &served{stop: make(chan struct{}), done: make(chan error, 1)}
-	go func() { s.done <- Serve(listener, decide, s.stop) }()
+	go func() { s.done <- h.Serve(listener, s.stop) }()
 	return s
 }
 
 // wait waits for Serve to return by itself (POLLHUP) or, with stop, after
 // closing stop, and fails t if it returns an error or does not return.
-func (s *served) wait(t *testing.T, stop bool) {
+func (s *served) wait(t testing.TB, stop bool) {
 	t.Helper()
 	if stop {
 		s.stopOnce.Do(func() { close(s.stop) })
@@ -211,7 +226,7 @@ func refuseAll(errno syscall.Errno) func(Request) Verdict {
 }
 
 // listenTCP listens on 127.0.0.1 at a free port.
-func listenTCP(t *testing.T) *net.TCPListener {
+func listenTCP(t testing.TB) *net.TCPListener {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -365,29 +380,39 @@ func TestRedirect(t *testing.T) {
 }
 
 // TestConnectOwn: the broker connects the target's own socket where decide
-// says (Connect), telling Bound the local address first, keeps the
-// socket's fd, flags and an address the target bound itself; Continue
-// lets the kernel connect the address the target named; a Verdict that
-// asks for two things is refused with EACCES and connects nothing.
+// says (Connect), telling Bound the local address first (a loopback
+// address of its own for each socket it binds), keeps the socket's fd,
+// flags and an address the target bound itself; a socket connected there
+// already (a connect restarted after a signal) answers 0 and one
+// connected elsewhere EISCONN, Bound told that no connection comes;
+// Continue lets the kernel connect the address the target named; a
+// Verdict that asks for two things is refused with EACCES and connects
+// nothing.
 func TestConnectOwn(t *testing.T) {
 	requireBroker(t)
 	t.Parallel()
 	to := listenTCP(t)
 	direct := listenTCP(t)
 	var mu sync.Mutex
-	var bound []uint16
+	var bound []netip.AddrPort // guarded by mu
+	var unbound int            // guarded by mu: Bound told no connection comes
+	record := func(l netip.AddrPort) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !l.IsValid() {
+			unbound++
+			return
+		}
+		bound = append(bound, l)
+	}
 	rec := &recorder{fn: func(r Request) Verdict {
 		switch {
 		case r.Addr == netip.AddrPortFrom(testNet, 80):
-			return Verdict{Connect: addrPort(to), Bound: func(l netip.AddrPort) {
-				mu.Lock()
-				bound = append(bound, l.Port())
-				mu.Unlock()
-			}}
+			return Verdict{Connect: addrPort(to), Bound: record}
 		case r.Addr == addrPort(direct):
 			return Verdict{Continue: true}
 		}
-		return Verdict{Continue: true, Connect: addrPort(to)}
+		return Verdict{Continue: true, Connect: addrPort(to), Bound: record}
 	}}
 	tg := startTarget(t, "own", forbiddenEnv+"="+addrPort(direct).String())
 	s := serve(tg.listener, rec.decide)
@@ -403,29 +428,49 @@ func TestConnectOwn(t *testing.T) {
 		"blocking.connect": "0", "blocking.peer": peer, "blocking.write": "3 0", "blocking.nonblock": "false",
 		"nonblock.peer": peer, "nonblock.nonblock": "true", "nonblock.write": "2 0",
 		"bound.connect": "0", "bound.peer": peer, "bound.write": "5 0",
+		"again.connect": "0", "again.again": "0", "again.peer": peer, "again.write": "5 0",
 		"continue.connect": "0", "continue.peer": addrPort(direct).String(), "continue.write": "4 0",
+		"elsewhere.connect": "0", "elsewhere.again": errnoStr(unix.EISCONN), "elsewhere.peer": addrPort(direct).String(),
 		"both.connect": errnoStr(unix.EACCES), "both.peer": "none",
 	})
 	conns := queued(t, to)
 	var texts []string
-	var ports []uint16
+	var froms []netip.AddrPort
 	for _, c := range conns {
 		texts = append(texts, readAll(t, c))
-		ports = append(ports, c.RemoteAddr().(*net.TCPAddr).AddrPort().Port())
+		froms = append(froms, c.RemoteAddr().(*net.TCPAddr).AddrPort())
 	}
-	if strings.Join(texts, ",") != "own,nb,bound" {
-		t.Errorf("the Connect listener received %q, want own, nb, bound", texts)
+	if strings.Join(texts, ",") != "own,nb,bound,again" {
+		t.Errorf("the Connect listener received %q, want own, nb, bound, again", texts)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if fmt.Sprint(bound) != fmt.Sprint(ports) {
-		t.Errorf("Bound was told ports %v, the listener saw %v", bound, ports)
+	if fmt.Sprint(bound) != fmt.Sprint(froms) {
+		t.Errorf("Bound was told %v, the listener saw connections from %v", bound, froms)
 	}
-	if len(bound) == 3 && strconv.Itoa(int(bound[2])) != got["bound.port"] {
-		t.Errorf("an already bound socket was told port %d, it had bound %s", bound[2], got["bound.port"])
+	if unbound != 3 {
+		t.Errorf("Bound was told %d times that no connection comes, want 3 (again, elsewhere, both)", unbound)
 	}
-	if cs := queued(t, direct); len(cs) != 1 || readAll(t, cs[0]) != "cont" {
-		t.Errorf("the Continue listener got %d connections, want 1 carrying cont", len(cs))
+	if len(bound) == 4 {
+		if want := "127.0.0.1:" + got["bound.port"]; bound[2].String() != want {
+			t.Errorf("an already bound socket was told %v, it had bound %s", bound[2], want)
+		}
+		seen := map[netip.Addr]bool{}
+		for i, key := range []string{"blocking", "nonblock", "again"} {
+			l := bound[[]int{0, 1, 3}[i]]
+			if !l.Addr().IsLoopback() || seen[l.Addr()] || got[key+".local"] != l.String() {
+				t.Errorf("%s was bound to %v (the target sees %s), want a loopback address no other took", key, l, got[key+".local"])
+			}
+			seen[l.Addr()] = true
+		}
+	}
+	cs := queued(t, direct)
+	var directTexts []string
+	for _, c := range cs {
+		directTexts = append(directTexts, readAll(t, c))
+	}
+	if strings.Join(directTexts, ",") != "cont," {
+		t.Errorf("the Continue listener received %q, want cont and an empty one", directTexts)
 	}
 	for _, r := range rec.requests() {
 		if r.NetNS == 0 {

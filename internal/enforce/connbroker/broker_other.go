@@ -13,5 +13,11 @@ import (
 // errors.ErrUnsupported and answers nothing; it does not close listener,
 // which cannot be a seccomp listener here.
 func Serve(listener int, decide func(Request) Verdict, stop <-chan struct{}) error {
+	return Handler{Decide: decide}.Serve(listener, stop)
+}
+
+// Serve is the package's Serve with h: elsewhere than Linux it returns an
+// error wrapping errors.ErrUnsupported.
+func (h Handler) Serve(listener int, stop <-chan struct{}) error {
 	return fmt.Errorf("connbroker: serve on %s: %w: the connect broker needs seccomp user notification; run the sandbox on Linux", runtime.GOOS, errors.ErrUnsupported)
 }

@@ -7,7 +7,10 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,6 +32,9 @@ const (
 	forbiddenEnv = "AIRLOCK_BROKER_FORBIDDEN" // ip:port of a loopback listener no connect may reach
 	unixEnv      = "AIRLOCK_BROKER_UNIX"      // path of a unix listener no connect may reach
 	abstractEnv  = "AIRLOCK_BROKER_ABSTRACT"  // "@name" of an abstract unix listener, likewise
+	benchEnv     = "AIRLOCK_BROKER_BENCH"     // the bench child's "udp" or "tcp", and how many connects
+	plainEnv     = "AIRLOCK_BROKER_PLAIN"     // "1": the filter lets connect through (a baseline)
+	listEnv      = "AIRLOCK_BROKER_LIST"      // the list child's "key=ip:port" destinations, comma-separated
 	ctlFD        = 3                          // the socketpair end, ExtraFiles[0]
 )
 
@@ -47,6 +53,8 @@ var childModes = map[string]func() error{
 	"gone":     childGone,
 	"pending":  childPending,
 	"badargs":  childBadArgs,
+	"bench":    childBench,
+	"list":     childList,
 }
 
 // runChild is the whole life of a child; it returns the exit status.
@@ -68,9 +76,13 @@ func runChild(mode string) int {
 	return 0
 }
 
-// notifyProfile is the default profile with connect sent to the listener.
+// notifyProfile is the default profile with connect sent to the listener,
+// or left as it is when plainEnv is set.
 func notifyProfile() plan.Seccomp {
 	p := plan.DefaultSeccomp()
+	if os.Getenv(plainEnv) == "1" {
+		return p
+	}
 	for i := range p.Syscalls {
 		if p.Syscalls[i].Name == "connect" {
 			p.Syscalls[i].Rules = []plan.SyscallRule{{Action: plan.ActNotify}}
@@ -173,14 +185,19 @@ func describe(key string, fd int) error {
 	if err != nil {
 		return err
 	}
-	peer := "none"
+	peer, local := "none", "none"
 	if sa, err := unix.Getpeername(fd); err == nil {
 		if in, ok := sa.(*unix.SockaddrInet4); ok {
 			peer = netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port)).String()
 		}
 	}
-	fmt.Printf("%s.fd %d\n%s.nonblock %v\n%s.cloexec %v\n%s.type %d\n%s.peer %s\n",
-		key, fd, key, fl&unix.O_NONBLOCK != 0, key, fdfl&unix.FD_CLOEXEC != 0, key, typ, key, peer)
+	if sa, err := unix.Getsockname(fd); err == nil {
+		if in, ok := sa.(*unix.SockaddrInet4); ok {
+			local = netip.AddrPortFrom(netip.AddrFrom4(in.Addr), uint16(in.Port)).String()
+		}
+	}
+	fmt.Printf("%s.fd %d\n%s.nonblock %v\n%s.cloexec %v\n%s.type %d\n%s.peer %s\n%s.local %s\n",
+		key, fd, key, fl&unix.O_NONBLOCK != 0, key, fdfl&unix.FD_CLOEXEC != 0, key, typ, key, peer, key, local)
 	return nil
 }
 
@@ -221,27 +238,33 @@ func childRedirect() error {
 }
 
 // childOwn connects its own sockets: to TEST-NET, which the parent
-// connects to a loopback listener instead (blocking and non-blocking, and
-// one already bound); to the forbidden listener, which the parent lets
-// continue; and to TEST-NET port 9, which the parent answers with a
-// Verdict that asks for two things.
+// connects to a loopback listener instead (blocking and non-blocking, one
+// already bound, and one that then connects to TEST-NET again, as a
+// connect restarted after a signal does); to the forbidden listener,
+// which the parent lets continue (once more, then to TEST-NET: EISCONN);
+// and to TEST-NET port 9, which the parent answers with a Verdict that
+// asks for two things.
 func childOwn() error {
 	dst, err := forbidden()
 	if err != nil {
 		return err
 	}
+	own := netip.AddrPortFrom(testNet, 80)
 	for _, c := range []struct {
-		key  string
-		typ  int
-		to   netip.AddrPort
-		bind bool
-		data string
+		key   string
+		typ   int
+		to    netip.AddrPort
+		bind  bool
+		data  string
+		again netip.AddrPort // connect again, to this
 	}{
-		{"blocking", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 80), false, "own"},
-		{"nonblock", unix.SOCK_STREAM | unix.SOCK_NONBLOCK, netip.AddrPortFrom(testNet, 80), false, "nb"},
-		{"bound", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 80), true, "bound"},
-		{"continue", unix.SOCK_STREAM, dst, false, "cont"},
-		{"both", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 9), false, ""},
+		{"blocking", unix.SOCK_STREAM, own, false, "own", netip.AddrPort{}},
+		{"nonblock", unix.SOCK_STREAM | unix.SOCK_NONBLOCK, own, false, "nb", netip.AddrPort{}},
+		{"bound", unix.SOCK_STREAM, own, true, "bound", netip.AddrPort{}},
+		{"again", unix.SOCK_STREAM, own, false, "again", own},
+		{"continue", unix.SOCK_STREAM, dst, false, "cont", netip.AddrPort{}},
+		{"elsewhere", unix.SOCK_STREAM, dst, false, "", own},
+		{"both", unix.SOCK_STREAM, netip.AddrPortFrom(testNet, 9), false, "", netip.AddrPort{}},
 	} {
 		fd, err := unix.Socket(unix.AF_INET, c.typ, 0)
 		if err != nil {
@@ -261,6 +284,9 @@ func childOwn() error {
 			unix.Poll(pfd, 10000)
 			v, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
 			fmt.Printf("%s.so_error %d\n", c.key, v)
+		}
+		if c.again.IsValid() {
+			fmt.Printf("%s.again %d\n", c.key, errnoOf(unix.Connect(fd, sockaddr(c.again))))
 		}
 		if err := describe(c.key, fd); err != nil {
 			return err
@@ -465,6 +491,78 @@ func childBadArgs() error {
 		{"highbits", sock, sa, 1<<32 | 16},
 	} {
 		fmt.Printf("%s %d\n", c.key, rawConnect(c.fd, c.p, c.n))
+	}
+	return nil
+}
+
+// childBench makes connects as fast as it can and prints how long they
+// took: "udp N" connects one UDP socket to 127.0.0.1:9 N times; "tcp N"
+// connects N new TCP sockets to the forbidden listener (which the parent
+// lets continue, connects elsewhere or answers with a connection of its
+// own) and closes each.
+func childBench() error {
+	kind, count, _ := strings.Cut(os.Getenv(benchEnv), " ")
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return fmt.Errorf("%s: %w", benchEnv, err)
+	}
+	var one func() error
+	switch kind {
+	case "udp":
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		sa := &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}, Port: 9}
+		one = func() error { return unix.Connect(fd, sa) }
+	case "tcp":
+		dst, err := forbidden()
+		if err != nil {
+			return err
+		}
+		one = func() error {
+			fd, errno, err := connectTo(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, sockaddr(dst))
+			if err == nil && errno != 0 {
+				err = errno
+			}
+			// Reset rather than close: thousands of connections in
+			// TIME_WAIT would use up the ephemeral ports.
+			unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1})
+			unix.Close(fd)
+			return err
+		}
+	default:
+		return fmt.Errorf("%s: unknown kind %q", benchEnv, kind)
+	}
+	start := time.Now()
+	for range n {
+		if err := one(); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+	}
+	fmt.Printf("elapsed %d\n", time.Since(start).Nanoseconds())
+	return nil
+}
+
+// childList connects a new blocking TCP socket to each destination of
+// listEnv in turn and prints, for each key, connect's errno and the peer.
+func childList() error {
+	for _, kv := range strings.Split(os.Getenv(listEnv), ",") {
+		key, v, _ := strings.Cut(kv, "=")
+		dst, err := netip.ParseAddrPort(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", listEnv, err)
+		}
+		fd, errno, err := connectTo(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, sockaddr(dst))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s.connect %d\n", key, errno)
+		if err := describe(key, fd); err != nil {
+			return err
+		}
+		unix.Close(fd)
 	}
 	return nil
 }

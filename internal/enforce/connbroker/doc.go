@@ -7,7 +7,10 @@
 // each intercepted connect Serve reads the destination from the target,
 // asks a decide callback, and either installs a connection the supervisor
 // made itself at the target's fd number or fails the connect with the
-// errno decide names (seccomp_unotify(2)).
+// errno decide names (seccomp_unotify(2)). A Handler splits decide in
+// two: Quick answers at once, on the goroutine that received the
+// notification, what needs no dialing; Decide, on a goroutine of its own,
+// the rest.
 //
 // It stops a sandboxed program from reaching a destination the policy
 // does not grant, including by changing the address after the check. The

@@ -95,16 +95,47 @@ type Verdict struct {
 	// from the target (pidfd_getfd), so the socket keeps its fd number,
 	// options and network namespace: an address on lo is the loopback of
 	// the socket's namespace, not the supervisor's. A socket without a
-	// local address is first bound to an ephemeral port on the loopback
-	// (127.0.0.1, or ::ffff:127.0.0.1 for AF_INET6), then Bound, when
-	// set, is called with the local address, before the connect. The
-	// target's connect returns what the supervisor's did, so a
-	// non-blocking socket may get EINPROGRESS and complete later, as
-	// from its own connect. For AF_INET6 an IPv4 Connect is v4-mapped.
+	// local address is first bound to an ephemeral port on a loopback
+	// address (127.0.0.1 to 127.255.255.254, a different one for each
+	// Connect in turn; v4-mapped for AF_INET6, or ::1 for an IPv6
+	// Connect), then Bound, when set, is called with the local address,
+	// before the connect. The target's connect returns what the
+	// supervisor's did, so a non-blocking socket may get EINPROGRESS and
+	// complete later, as from its own connect; a stream socket that is
+	// connected already answers 0 if it is connected to Connect (the
+	// broker connected it for the same connect, which a signal then
+	// interrupted and restarted), else EISCONN. For AF_INET6 an IPv4
+	// Connect is v4-mapped.
 	Connect netip.AddrPort
 
-	// Bound is called with the socket's local address before a Connect
-	// is made, so the listener at Connect can tell the connection by its
-	// source port. It must not block.
+	// Bound, when set with Connect, is called exactly once, and must not
+	// block: with the socket's local address before the broker connects
+	// it, so the listener at Connect can tell the connection by its
+	// source address; or with the zero AddrPort when the broker makes no
+	// connection for this Verdict (it refuses it, or the socket cannot be
+	// bound or is connected already), so whatever was kept for the
+	// connection can be let go.
 	Bound func(local netip.AddrPort)
+}
+
+// Handler is what Serve asks about the connects of one filter.
+type Handler struct {
+	// Quick, when set, is asked first about every Request, on the
+	// goroutine that received its notification, which receives no other
+	// notification until Quick returns: it must return at once, without
+	// blocking, dialing or writing anywhere. It answers with its Verdict
+	// and true, or leaves the Request to Decide with false. Its Verdict may
+	// only let the connect continue or name an Errno: one with Conn or
+	// Connect is refused with EACCES (Conn closed), as is the zero
+	// Verdict. Nil leaves every Request to Decide.
+	//
+	// An answer from Quick costs the target no more than the kernel's
+	// notification round trip and the reads the broker makes anyway; one
+	// from Decide adds a hand-over to another goroutine and back.
+	Quick func(Request) (Verdict, bool)
+
+	// Decide answers every Request Quick leaves, each on a goroutine of
+	// its own, so it may block (dial) for a bounded time. It must not be
+	// nil.
+	Decide func(Request) Verdict
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"strconv"
@@ -38,7 +37,6 @@ const pidfdThread = unix.O_EXCL
 // socketInfo is what the broker learns about the target's socket.
 type socketInfo struct {
 	domain, typ, protocol int
-	flags                 int    // the fd's flags from fdinfo, O_CLOEXEC included
 	netns                 uint64 // SO_NETNS_COOKIE, 0 when unknown
 	copy                  int    // the broker's copy of the socket (pidfd_getfd); the caller closes it
 }
@@ -54,11 +52,12 @@ func NetNSCookie(fd int) (uint64, error) {
 }
 
 // inspectSocket looks at fd in the thread tid: it takes a copy of the fd
-// with pidfd_getfd(2) (Linux 5.6) to read the socket's domain, type and
-// protocol, and reads the fd's flags from /proc/<tid>/fdinfo/<fd>
-// (O_CLOEXEC is per fd, so the copy cannot tell). A target fd that is not
-// open gets EBADF and one that is not a socket ENOTSOCK, as from the
-// kernel's connect; anything else that goes wrong refuses with EACCES.
+// with pidfd_getfd(2) (Linux 5.6) to read the socket's domain, type,
+// protocol and network namespace. A target fd that is not open gets EBADF
+// and one that is not a socket ENOTSOCK, as from the kernel's connect;
+// anything else that goes wrong refuses with EACCES. It reads nothing
+// else: the fd's flags, which only an installed connection needs, are
+// read by fdinfoFlags when one is.
 //
 // Taking the copy moves nothing and changes nothing the target sees,
 // except that on cgroup v1 the socket's net_cls and net_prio tags become
@@ -100,14 +99,6 @@ func inspectSocket(tid, fd int) (si socketInfo, errno unix.Errno) {
 		}
 		*o.dst = v
 	}
-	flags, err := fdinfoFlags(tid, fd)
-	switch {
-	case errors.Is(err, os.ErrNotExist): // closed since the copy was taken
-		return socketInfo{}, unix.EBADF
-	case err != nil:
-		return socketInfo{}, unix.EACCES
-	}
-	si.flags = flags
 	if c, err := NetNSCookie(cp); err == nil {
 		si.netns = c
 	}
@@ -139,7 +130,8 @@ func threadGroup(tid int) (int, error) {
 }
 
 // fdinfoFlags reads the flags line of /proc/<tid>/fdinfo/<fd> (proc(5)),
-// which is octal and includes O_CLOEXEC when the fd is close-on-exec.
+// which is octal and includes O_CLOEXEC when the fd is close-on-exec
+// (a flag of the fd, which a copy of it cannot tell).
 func fdinfoFlags(tid, fd int) (int, error) {
 	b, err := readProc("/proc/"+strconv.Itoa(tid)+"/fdinfo/"+strconv.Itoa(fd), 4096)
 	if err != nil {
@@ -149,14 +141,30 @@ func fdinfoFlags(tid, fd int) (int, error) {
 }
 
 // readProc reads at most limit bytes of a /proc file; the fields the
-// broker wants are near the start.
-func readProc(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+// broker wants are near the start. It makes the syscalls itself: an
+// os.File would add five (fcntl and epoll_ctl to try the netpoller) to
+// the four needed.
+func readProc(path string, limit int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, limit))
+	defer unix.Close(fd)
+	buf := make([]byte, limit)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		case m == 0:
+			return buf[:n], nil
+		}
+		n += m
+	}
+	return buf[:n], nil
 }
 
 // procField parses the number after the line that starts with key.
