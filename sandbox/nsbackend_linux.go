@@ -202,7 +202,11 @@ func startInit(exe string, cloneFlags uintptr, g *cgroup.Group) (*initProc, erro
 			Setsid:                     true,
 		}
 	}
-	cmd := &exec.Cmd{Path: path, Args: []string{nsinit.Arg0}, Env: []string{}, ExtraFiles: extra, SysProcAttr: attr, WaitDelay: time.Second}
+	args := []string{nsinit.Arg0}
+	if cloneFlags&unix.CLONE_NEWNET != 0 {
+		args = append(args, nsinit.NewNetArg) // lo comes up before the plan
+	}
+	cmd := &exec.Cmd{Path: path, Args: args, Env: []string{}, ExtraFiles: extra, SysProcAttr: attr, WaitDelay: time.Second}
 	ctl := newControl(cmd, pair[0])
 	ctl.graceful = unshared
 	// The init's own output (a Go runtime panic, say); commands get pipes of their own.

@@ -47,7 +47,7 @@ func run() int {
 		// Fail closed: an fd the supervisor leaked could reach the command.
 		err = fail("close inherited fds", cerr)
 	} else {
-		code, err = setupAndRun()
+		code, err = setupAndRun(earlyNetwork())
 	}
 	if err != nil {
 		var se *stageError
@@ -82,7 +82,32 @@ func readPlan() (*plan.Plan, error) {
 	return &pl, nil
 }
 
-func setupAndRun() (int, error) {
+// earlyNet is the loopback set-up an init cloned into a network
+// namespace of its own did before its plan came.
+type earlyNet struct {
+	done bool  // the init was started with NewNetArg and tried
+	err  error // why it failed; reported once the plan is read
+}
+
+// earlyNetwork brings lo up and checks that it is the only interface when
+// the supervisor says (NewNetArg) that this init has a network namespace
+// of its own: that needs no plan, so it happens while the plan is on its
+// way (or, for a warm init, while it waits to be taken).
+func earlyNetwork() earlyNet {
+	if len(os.Args) < 2 || os.Args[1] != NewNetArg {
+		return earlyNet{}
+	}
+	return earlyNet{done: true, err: loopbackOnly()}
+}
+
+func loopbackOnly() error {
+	if err := netns.LoopbackUp(); err != nil {
+		return err
+	}
+	return netns.VerifyOnlyLoopback()
+}
+
+func setupAndRun(early earlyNet) (int, error) {
 	pl, err := readPlan()
 	if err != nil {
 		return 0, fail("read plan", err)
@@ -98,7 +123,7 @@ func setupAndRun() (int, error) {
 		}
 		return setupUnshared(pl)
 	}
-	if err := setupNetwork(pl); err != nil {
+	if err := setupNetwork(pl, early); err != nil {
 		return 0, fail("network", err)
 	}
 	stage, grants, procShared, err := setupMounts(pl, idmapFDs)
@@ -150,12 +175,14 @@ func setupAndRun() (int, error) {
 	return serve(pl)
 }
 
-func setupNetwork(pl *plan.Plan) error {
-	if err := netns.LoopbackUp(); err != nil {
-		return err
-	}
-	if err := netns.VerifyOnlyLoopback(); err != nil {
-		return err
+func setupNetwork(pl *plan.Plan, early earlyNet) error {
+	switch {
+	case early.done && early.err != nil:
+		return early.err
+	case !early.done:
+		if err := loopbackOnly(); err != nil {
+			return err
+		}
 	}
 	if !pl.Proxy {
 		return nil

@@ -282,7 +282,7 @@ func containerNetwork(pid string, proxy bool) error {
 			done <- fmt.Errorf("join the container's network namespace: %w", err)
 			return
 		}
-		done <- setupNetwork(&plan.Plan{Proxy: proxy})
+		done <- setupNetwork(&plan.Plan{Proxy: proxy}, earlyNet{})
 	}()
 	return <-done
 }

@@ -19,6 +19,13 @@ import (
 // Arg0 is argv[0] of the re-executed init; sandbox.Init recognizes it.
 const Arg0 = "airlock-nsinit"
 
+// NewNetArg is the init's argv[1] when it was cloned into a network
+// namespace of its own (which holds only lo, down): it sets lo up before
+// its plan comes. Without it the init touches no network until the plan
+// says it has a namespace (the backend without namespaces shares the
+// host's).
+const NewNetArg = "netns"
+
 // File descriptors the supervisor passes to the init.
 const (
 	PlanFD    = 3 // pipe: the plan (plan.Plan.MarshalBinary), then EOF
