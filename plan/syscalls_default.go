@@ -1,6 +1,10 @@
 package plan
 
-import "sort"
+import (
+	"slices"
+	"sort"
+	"sync"
+)
 
 // allowed lists the syscalls the filter lets through whatever their
 // arguments, by group. It is moby's default allow-list restricted to the
@@ -299,7 +303,30 @@ func conditional() []Syscall {
 // minus the syscalls in refused, with argument rules for clone, socket,
 // socketpair, ioctl and personality. Each call returns a fresh copy the
 // caller may modify.
-func DefaultSeccomp() Seccomp {
+func DefaultSeccomp() Seccomp { return defaultSeccomp().Copy() }
+
+// defaultSeccomp builds the profile once: building and sorting it was a
+// fifth of a plan's compile time.
+var defaultSeccomp = sync.OnceValue(buildDefaultSeccomp)
+
+// Copy returns a copy of s that shares no slice with it.
+func (s Seccomp) Copy() Seccomp {
+	c := Seccomp{Default: s.Default, Syscalls: make([]Syscall, len(s.Syscalls))}
+	for i, sc := range s.Syscalls {
+		sc.Rules = slices.Clone(sc.Rules)
+		for j := range sc.Rules {
+			sc.Rules[j].Conds = slices.Clone(sc.Rules[j].Conds)
+		}
+		c.Syscalls[i] = sc
+	}
+	for _, g := range s.Refused {
+		g.Names = slices.Clone(g.Names)
+		c.Refused = append(c.Refused, g)
+	}
+	return c
+}
+
+func buildDefaultSeccomp() Seccomp {
 	s := Seccomp{Default: ActEPERM}
 	for _, g := range allowed {
 		for _, name := range g.names {

@@ -210,3 +210,25 @@ func TestSeccompJSON(t *testing.T) {
 		t.Error("a syscall both allowed by group and listed with rules validates")
 	}
 }
+
+// TestDefaultSeccompCopies: each DefaultSeccomp is a copy that shares no
+// slice with the cached profile or another copy.
+func TestDefaultSeccompCopies(t *testing.T) {
+	a, b := DefaultSeccomp(), DefaultSeccomp()
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("two DefaultSeccomp calls differ")
+	}
+	a.Syscalls[0].Name = "changed"
+	for i := range a.Syscalls {
+		if len(a.Syscalls[i].Rules) > 0 {
+			a.Syscalls[i].Rules[0].Action = ActKillProcess
+			if len(a.Syscalls[i].Rules[0].Conds) > 0 {
+				a.Syscalls[i].Rules[0].Conds[0].Value = 12345
+			}
+		}
+	}
+	a.Refused[0].Names[0] = "changed"
+	if c := DefaultSeccomp(); !reflect.DeepEqual(b, c) {
+		t.Error("changing one DefaultSeccomp changed the next")
+	}
+}

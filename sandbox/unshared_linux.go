@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -125,12 +124,12 @@ func unsharedPlan(pl *plan.Plan, p *policy.Policy, scratch string) (*plan.Plan, 
 // copyPlan returns a deep copy of pl (a backend that changes its plan
 // leaves the caller's alone).
 func copyPlan(pl *plan.Plan) (*plan.Plan, error) {
-	raw, err := json.Marshal(pl)
+	raw, err := pl.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("copy plan: %w", err)
 	}
 	var cp plan.Plan
-	if err := json.Unmarshal(raw, &cp); err != nil {
+	if err := cp.UnmarshalBinary(raw); err != nil {
 		return nil, fmt.Errorf("copy plan: %w", err)
 	}
 	return &cp, nil
