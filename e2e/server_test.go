@@ -52,13 +52,15 @@ func testServeWarmPool(t *testing.T, bin string) {
 	p := startServe(t, bin, append(tempCeiling(t), "--warm-pool", "2", "--metrics-listen", "127.0.0.1:0")...)
 	ctx := serveCtx(t)
 	metricsURL := ""
-	for _, line := range strings.Split(p.logText(), "\n") {
-		if u, ok := strings.CutPrefix(line, "airlock serve: metrics on "); ok {
-			metricsURL = u
+	for deadline := time.Now().Add(30 * time.Second); metricsURL == ""; time.Sleep(10 * time.Millisecond) {
+		for _, line := range strings.Split(p.logText(), "\n") {
+			if u, ok := strings.CutPrefix(line, "airlock serve: metrics on "); ok {
+				metricsURL = u
+			}
 		}
-	}
-	if metricsURL == "" {
-		t.Fatalf("no metrics address in the log:\n%s", p.logText())
+		if metricsURL == "" && time.Now().After(deadline) {
+			t.Fatalf("no metrics address in the log within 30s:\n%s", p.logText())
+		}
 	}
 	metric := func(name string) float64 {
 		t.Helper()

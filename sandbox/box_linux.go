@@ -91,7 +91,9 @@ type box struct {
 	// supervisor is root; 0 rootless (it runs as the caller).
 	sandboxID int
 
-	ready    chan error    // receives once: nil when ready, or why not
+	ready    chan error // receives once (signalReady): nil when ready, or why not
+	readyFn  func()     // set by a backend's launch (onReady): runs once, when ready or failed
+	readyOne sync.Once
 	launched chan struct{} // closed once the backend's launch returned (ctl is set when it succeeded)
 	extended chan struct{} // a session's end moved (Extend): the deadline timer is reset
 	routed   chan struct{} // closed when the control process's messages are all delivered
@@ -119,6 +121,23 @@ type final struct {
 func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box, error) {
 	b := beginBox(ctx, cfg, pl, be)
 	return b, b.waitReady()
+}
+
+// onReady makes fn run once the sandbox is ready or has failed to be.
+//
+// Preconditions:
+//   - called by the backend's launch, before it returns
+func (b *box) onReady(fn func()) { b.readyFn = fn }
+
+// signalReady runs the readiness hook and sends the outcome of the start;
+// only the first outcome counts.
+func (b *box) signalReady(err error) {
+	b.readyOne.Do(func() {
+		if b.readyFn != nil {
+			b.readyFn()
+		}
+		b.ready <- err // buffered: never blocks
+	})
 }
 
 // waitReady waits until the sandbox is ready to exec, or returns why it
@@ -173,7 +192,7 @@ func (b *box) supervise(ctx context.Context, be backend) {
 		b.fs.close()
 		close(b.routed)
 		close(b.launched)
-		b.ready <- err
+		b.signalReady(err)
 		return
 	}
 	b.mu.Lock()
@@ -230,9 +249,9 @@ func (b *box) deliver(ctl *control, m nsinit.Message) {
 		if m.HostnameKept {
 			b.enf.Weaker = append(b.enf.Weaker, "hostname: the host refused sethostname (a container's seccomp profile), so the sandbox's own UTS namespace shows the container's hostname")
 		}
-		b.ready <- nil
+		b.signalReady(nil)
 	case nsinit.MsgError:
-		b.ready <- fmt.Errorf("sandbox setup failed at %s: %s (nothing was started)", m.Stage, m.Error)
+		b.signalReady(fmt.Errorf("sandbox setup failed at %s: %s (nothing was started)", m.Stage, m.Error))
 		ctl.kill()
 	default:
 		select {
@@ -247,10 +266,7 @@ func (b *box) deliver(ctl *control, m nsinit.Message) {
 // and every message it sent is delivered. If it never became ready, it
 // says so.
 func (b *box) delivered(ctl *control) {
-	select {
-	case b.ready <- errors.New("sandbox init died during setup: " + ctl.why()):
-	default:
-	}
+	b.signalReady(errors.New("sandbox init died during setup: " + ctl.why())) // no-op once ready
 	close(b.routed)
 }
 

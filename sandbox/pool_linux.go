@@ -208,8 +208,9 @@ func (st *poolState) take(cfg Config, pl *plan.Plan) *warmInit {
 				st.ready = append(st.ready, w)
 				break
 			}
+			// Replaced once its sandbox is ready (pooledBackend): a start
+			// now would compete for the CPU with that sandbox's set-up.
 			st.counts.Taken++
-			go st.fill() // replace it, outside mu
 			return w
 		}
 		if st.starting == 0 {
@@ -247,7 +248,8 @@ func (st *poolState) stats() PoolStats {
 
 // pooledBackend runs a sandbox of the namespaces isolation on a warm init.
 type pooledBackend struct {
-	w *warmInit
+	w  *warmInit
+	st *poolState // the pool it came from, refilled once the sandbox is ready
 }
 
 // launch gives the warm init b's limits and plan. A warm init whose
@@ -258,6 +260,8 @@ type pooledBackend struct {
 //   - runs on the warm init's own goroutine (startBox sends it there)
 func (pb pooledBackend) launch(b *box) (*control, error) {
 	in := pb.w.in
+	// The pool replaces the init once b is ready or has failed.
+	b.onReady(func() { go pb.st.fill() })
 	if err := b.prepareCredentials(); err != nil {
 		in.discard()
 		return nil, err

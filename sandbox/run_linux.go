@@ -148,7 +148,7 @@ func backendFor(cfg Config, pl *plan.Plan) (backend, error) {
 	case "", IsolationNamespaces:
 		if cfg.Pool != nil {
 			if w := cfg.Pool.st.take(cfg, pl); w != nil {
-				return pooledBackend{w: w}, nil
+				return pooledBackend{w: w, st: &cfg.Pool.st}, nil
 			}
 		}
 		return nsBackend{}, nil
