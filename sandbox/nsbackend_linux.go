@@ -58,6 +58,12 @@ func (nsBackend) launch(b *box) (*control, error) {
 		}
 		return nil, err
 	}
+	return b.adopt(in)
+}
+
+// adopt hands the started init over to b (initProc.handOver); on error it
+// also releases what openStageAndLimits opened.
+func (b *box) adopt(in *initProc) (*control, error) {
 	ctl, err := in.handOver(b)
 	if err != nil {
 		b.lim.finish(b)

@@ -281,13 +281,7 @@ func (pb pooledBackend) launch(b *box) (*control, error) {
 		in.discard()
 		return nil, err
 	}
-	ctl, err := in.handOver(b)
-	if err != nil {
-		b.lim.finish(b)
-		b.stage.close()
-		return nil, err
-	}
-	return ctl, nil
+	return b.adopt(in)
 }
 
 // warmLimits writes lim to the warm init's cgroup and gives the group to
