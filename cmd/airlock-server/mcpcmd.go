@@ -64,6 +64,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	auditFile := fs.String("audit", "", "append every audit event as JSON lines to `FILE` (mode 0600)")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in results from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give the agent the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
+	warmPool := fs.Int("warm-pool", 1, fmt.Sprintf("keep `N` sandbox inits started ahead of need, so that a session's sandbox starts in a few milliseconds (0 to %d; see airlock serve --help)", sandbox.MaxPoolSize))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
@@ -97,11 +98,21 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if *idle <= 0 || *lifetime <= 0 || *maxLifetime < *lifetime || *progress <= 0 {
 		return fail("--idle, --session-lifetime and --progress-interval must be positive, and --session-lifetime at most --session-max-lifetime")
 	}
+	if *warmPool < 0 || *warmPool > sandbox.MaxPoolSize {
+		return fail("--warm-pool %d: give 0 to %d", *warmPool, sandbox.MaxPoolSize)
+	}
+	var pool *sandbox.Pool
+	if *warmPool > 0 {
+		if pool, err = sandbox.NewPool(sandbox.PoolConfig{Size: *warmPool, Logger: logger}); err != nil {
+			return fail("--warm-pool: %v", err)
+		}
+		defer pool.Close()
+	}
 	cfg := mcp.Config{Policy: p, Dir: pf.Cwd(), MaxSessions: *maxSessions, Version: cli.Version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
 		IdleTimeout: *idle, ProgressInterval: *progress,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
 			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, FSAudit: *fsAudit, AgentAdvice: *agentAdvice,
-				SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime})
+				SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime, Pool: pool})
 			if err != nil {
 				return nil, err // not a nil *sandbox.Session in a non-nil interface
 			}
