@@ -32,7 +32,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	proxyIP := fs.String("proxy-cluster-ip", "", "free `IP` of the cluster's Service range, pinned as the proxy Service's clusterIP; the Pod reaches the proxy there with DNS closed (needed with net_hosts unless --proxy-dns)")
 	proxyDNS := fs.Bool("proxy-dns", false, "let the cluster pick the proxy's address and allow the Pod DNS to kube-dns so the proxy's name resolves: DNS is a channel out (default: DNS closed)")
 	volumes := map[string]k8s.Volume{}
-	fs.Func("volume", "`PATH=claim:NAME` backs the fs_read/fs_write grant PATH with the existing PersistentVolumeClaim NAME; PATH=image says the image holds an fs_read grant (repeatable; every grant needs one)", func(s string) error {
+	fs.Func("volume", "`PATH=claim:NAME` backs the fs_read/fs_write grant PATH with the existing PersistentVolumeClaim NAME; PATH=new:SIZE defines a new, empty claim of SIZE (e.g. 1Gi) for an fs_write grant; PATH=image says the image holds an fs_read grant (repeatable; every grant needs one)", func(s string) error {
 		p, v, err := k8s.ParseVolume(s)
 		if err != nil {
 			return err
@@ -43,7 +43,8 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		volumes[p] = v
 		return nil
 	})
-	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `runtimeClassName, a RuntimeClass the cluster defines; "" leaves it out (the cluster default, usually runc)`)
+	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `runtimeClassName, a RuntimeClass that must exist in the cluster (the Pod is refused otherwise); "" leaves it out (the cluster default, usually runc)`)
+	account := fs.String("service-account", k8s.DefaultServiceAccount, "existing ServiceAccount the Pod and the proxy run as, with no token mounted (every namespace has \"default\")")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.ExitOK // -h and --help print the usage and succeed
@@ -55,7 +56,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 		return e.Fail(err)
 	}
 	o := k8s.Options{Name: *name, Namespace: *ns, Image: *image, RuntimeClass: *rtClass, NoRuntimeClass: *rtClass == "",
-		ProxyImage: *proxyImage, ProxyClusterIP: *proxyIP, ProxyDNS: *proxyDNS, Volumes: volumes, Arch: e.Arch()}
+		ProxyImage: *proxyImage, ProxyClusterIP: *proxyIP, ProxyDNS: *proxyDNS, ServiceAccount: *account, Volumes: volumes, Arch: e.Arch()}
 	m, err := k8s.Export(pl, p, o)
 	if err != nil {
 		return e.Fail(err)

@@ -17,13 +17,22 @@
 //
 // The objects refer to nothing outside the export except parameters the
 // caller names, which Manifests.Outside lists and the YAML header repeats:
-// the sandbox's image (Options.Image, required), the proxy's image
-// (Options.ProxyImage), the RuntimeClass (Options.RuntimeClass), one
-// PersistentVolumeClaim per claim-backed grant (Options.Volumes), the
-// proxy's clusterIP (Options.ProxyClusterIP) or kube-dns
-// (Options.ProxyDNS), and the seccomp profile installed on the nodes. The
-// Pod names no service account (the namespace's default, with its token
-// not mounted) and no Secret.
+// the namespace (Options.Namespace), the sandbox's image (Options.Image,
+// required), the proxy's image (Options.ProxyImage), the RuntimeClass
+// (Options.RuntimeClass), one existing PersistentVolumeClaim per
+// claim-backed grant (Options.Volumes), the default StorageClass for the
+// claims the export defines (Volume.New), the proxy's clusterIP
+// (Options.ProxyClusterIP) or kube-dns (Options.ProxyDNS), and the
+// seccomp profile installed on the nodes, and the ServiceAccount the Pod
+// and the proxy run as (Options.ServiceAccount, by default the
+// namespace's "default", which the controller-manager creates; the
+// ServiceAccount admission plugin refuses a Pod whose account is missing),
+// with no token mounted. The export defines no account: a server-side dry
+// run creates nothing, so a Pod naming an account of the same file would
+// be refused by `kubectl apply --dry-run=server`. No Secret is named. So
+// `kubectl apply -f` of the YAML (or `kubectl apply -R -f` of the folder
+// Write fills) creates every object once the parameters exist, also in a
+// namespace that enforces the restricted Pod Security level.
 //
 // # Mapping
 //
@@ -32,8 +41,11 @@
 //     grant is backed as Options.Volumes says, and a grant without an
 //     entry is refused: "claim:NAME" mounts the existing
 //     PersistentVolumeClaim NAME at the grant's path (volume and mount
-//     readOnly for fs_read); "image" (fs_read only) says the image already
-//     holds the path, and nothing is mounted. A claim mounts a folder, so
+//     readOnly for fs_read); "new:SIZE" (fs_write only) defines a new,
+//     empty ReadWriteOnce claim NAME-VOLUME of that size, a place for
+//     what the sandbox writes that stays when the Pod is deleted; "image"
+//     (fs_read only) says the image already holds the path, and nothing
+//     is mounted. A claim mounts a folder, so
 //     a grant of a single file must be granted as its folder or come from
 //     the image. When one grant lies inside another, the outer claim must
 //     already hold the inner grant's folder: a read-only mount cannot get
@@ -72,6 +84,8 @@
 //   - seccomp: the profile file (Manifests.Seccomp) must be installed on
 //     every node under the kubelet's seccomp root (by default
 //     /var/lib/kubelet/seccomp/) at Manifests.SeccompPath; Write puts it
-//     at SeccompDir/SeccompPath. runsc applies it only with
-//     --oci-seccomp; gVisor's own kernel is the stronger layer there.
+//     at SeccompDir/SeccompPath. Its name ends in SeccompExt, not .json,
+//     so that `kubectl apply -R` of the folder skips it. runsc applies it
+//     only with --oci-seccomp; gVisor's own kernel is the stronger layer
+//     there.
 package k8s

@@ -35,6 +35,8 @@ const (
 	// nodes (the Deployment pulls IfNotPresent), or set ProxyImage.
 	DefaultProxyImage   = "localhost/airlock-egress-proxy:latest"
 	DefaultRuntimeClass = "gvisor"
+	// DefaultServiceAccount is the account every namespace has.
+	DefaultServiceAccount = "default"
 )
 
 // SandboxUID is the uid and gid the Pod runs as: unprivileged, and the
@@ -69,6 +71,13 @@ type Options struct {
 	// its PATH. Empty means DefaultProxyImage.
 	ProxyImage string
 
+	// ServiceAccount is the existing ServiceAccount the Pod and the proxy
+	// run as, with no token mounted. Empty means DefaultServiceAccount,
+	// which the controller-manager creates in every namespace. The export
+	// defines none: `kubectl apply --dry-run=server` creates nothing, so
+	// a Pod naming an account of the same file would be refused there.
+	ServiceAccount string
+
 	// ProxyClusterIP pins the proxy Service's clusterIP (a free address in
 	// the cluster's Service range), and HTTP_PROXY, HTTPS_PROXY and
 	// ALL_PROXY name that address, so the Pod reaches the proxy with DNS
@@ -85,8 +94,9 @@ type Options struct {
 
 	// Volumes backs the policy's fs_read and fs_write grants, keyed by the
 	// grant's path as the plan has it (absolute; `airlock explain` prints
-	// it). Every grant needs an entry and every entry must be a grant.
-	// Nil suits only a policy without such grants.
+	// it): an existing claim, a new claim the export defines (fs_write),
+	// or the image (fs_read). Every grant needs an entry and every entry
+	// must be a grant. Nil suits only a policy without such grants.
 	Volumes map[string]Volume
 
 	// Arch is the GOARCH the seccomp profile is written for. Empty means
@@ -97,15 +107,18 @@ type Options struct {
 // Manifests are the exported objects. Proxy objects are nil when the
 // policy grants no net_hosts.
 type Manifests struct {
-	SandboxPolicy *networkingv1.NetworkPolicy // the Pod's ingress and egress
-	ProxyConfig   *corev1.ConfigMap           // policy.json for the proxy
-	Proxy         *appsv1.Deployment          // airlock egress-proxy
-	ProxyService  *corev1.Service             // what HTTP_PROXY names
-	ProxyPolicy   *networkingv1.NetworkPolicy // only the sandbox reaches the proxy
+	SandboxPolicy *networkingv1.NetworkPolicy     // the Pod's ingress and egress
+	Claims        []*corev1.PersistentVolumeClaim // new claims for fs_write grants (Volume.New)
+	ProxyConfig   *corev1.ConfigMap               // policy.json for the proxy
+	Proxy         *appsv1.Deployment              // airlock egress-proxy
+	ProxyService  *corev1.Service                 // what HTTP_PROXY names
+	ProxyPolicy   *networkingv1.NetworkPolicy     // only the sandbox reaches the proxy
 	Pod           *corev1.Pod
 
 	// Seccomp is the Localhost seccomp profile (OCI/Docker seccomp JSON)
-	// and SeccompPath where it goes below the kubelet's seccomp root.
+	// and SeccompPath where it goes below the kubelet's seccomp root. The
+	// file name ends in SeccompExt, not .json: `kubectl apply -R` parses
+	// every .json, .yaml and .yml file below the folder it is given.
 	Seccomp     []byte
 	SeccompPath string
 
@@ -114,11 +127,17 @@ type Manifests struct {
 	ImagePaths []string
 
 	// Outside lists, one line each, what the objects refer to that the
-	// export does not define: images, the RuntimeClass, claims, the
+	// export does not define: the namespace, images, the RuntimeClass,
+	// existing claims (and the default StorageClass for new ones), the
 	// proxy's clusterIP or DNS, the seccomp profile on the nodes. YAML
 	// writes it into its header.
 	Outside []string
 }
+
+// SeccompExt ends the seccomp profile's file name: kubectl skips it when
+// it applies a folder (its FileExtensions are .json, .yaml and .yml),
+// and the kubelet reads the file whatever its name.
+const SeccompExt = ".seccomp"
 
 // Export builds the manifests for a compiled plan and the policy it came
 // from. Everything the Pod is given comes from the plan; the policy is
@@ -141,7 +160,7 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s: export: %w", err)
 	}
-	m := &Manifests{SeccompPath: "airlock/" + o.Name + ".json", ImagePaths: slices.Clone(pl.Tools)}
+	m := &Manifests{SeccompPath: "airlock/" + o.Name + SeccompExt, ImagePaths: slices.Clone(pl.Tools)}
 	if m.Seccomp, err = json.MarshalIndent(sc, "", "  "); err != nil {
 		return nil, fmt.Errorf("k8s: export: seccomp: %w", err)
 	}
@@ -153,7 +172,12 @@ func Export(pl *plan.Plan, p *policy.Policy, opts Options) (*Manifests, error) {
 		m.ProxyConfig, m.Proxy, m.ProxyService, m.ProxyPolicy = proxyObjects(o, string(pj))
 	}
 	m.SandboxPolicy = sandboxPolicy(o, pl.Proxy)
-	if m.Pod, err = pod(o, pl, m.SeccompPath); err != nil {
+	gv, gm, claims, err := grantVolumes(o, pl)
+	if err != nil {
+		return nil, err
+	}
+	m.Claims = claims
+	if m.Pod, err = pod(o, pl, m.SeccompPath, gv, gm); err != nil {
 		return nil, err
 	}
 	m.Outside = outside(o, m)
@@ -184,6 +208,12 @@ func (o Options) withDefaults(pl *plan.Plan) (Options, error) {
 	if o.RuntimeClass == "" {
 		o.RuntimeClass = DefaultRuntimeClass
 	}
+	if o.ServiceAccount == "" {
+		o.ServiceAccount = DefaultServiceAccount
+	}
+	if errs := validation.IsDNS1123Subdomain(o.ServiceAccount); len(errs) > 0 {
+		return o, fmt.Errorf("k8s: export: service account %q: %s", o.ServiceAccount, strings.Join(errs, "; "))
+	}
 	if errs := validation.IsDNS1123Subdomain(o.RuntimeClass); !o.NoRuntimeClass && len(errs) > 0 {
 		return o, fmt.Errorf("k8s: export: runtime class %q: %s", o.RuntimeClass, strings.Join(errs, "; "))
 	}
@@ -207,19 +237,39 @@ func (o Options) withDefaults(pl *plan.Plan) (Options, error) {
 
 // outside lists what the export refers to and does not define.
 func outside(o Options, m *Manifests) []string {
-	out := []string{fmt.Sprintf("image %s (--image): must hold the command and allowed_tools at %s", o.Image, strings.Join(m.ImagePaths, ", "))}
+	ns := "the current namespace of kubectl (no --namespace)"
+	if o.Namespace != "" {
+		ns = "Namespace " + o.Namespace + " (--namespace): must exist"
+	}
+	out := []string{ns + "; every object passes the restricted Pod Security level (label it pod-security.kubernetes.io/enforce=restricted)",
+		fmt.Sprintf("image %s (--image): must hold the command and allowed_tools at %s", o.Image, strings.Join(m.ImagePaths, ", "))}
 	if m.Proxy != nil {
 		out = append(out, fmt.Sprintf("image %s (--proxy-image): runs `airlock egress-proxy`; build it as packaging/egress-proxy/README.md says", o.ProxyImage))
 	}
 	if !o.NoRuntimeClass {
-		out = append(out, fmt.Sprintf("RuntimeClass %s (--runtime-class): must exist in the cluster", o.RuntimeClass))
+		out = append(out, fmt.Sprintf("RuntimeClass %s (--runtime-class; \"\" leaves it out): must exist in the cluster, or the Pod is refused; its handler must be a runtime the nodes have (runsc for gVisor)", o.RuntimeClass))
+	}
+	who := "the Pod runs"
+	if m.Proxy != nil {
+		who = "the Pod and the proxy run"
+	}
+	out = append(out, fmt.Sprintf("ServiceAccount %s (--service-account): must exist in the namespace, or the Pod is refused (the controller-manager makes %q in each); %s as it with no token mounted", o.ServiceAccount, DefaultServiceAccount, who))
+	made := map[string]string{} // new claim => its size
+	for _, c := range m.Claims {
+		q := c.Spec.Resources.Requests[corev1.ResourceStorage]
+		made[c.Name] = q.String()
 	}
 	claims := map[string]*corev1.PersistentVolumeClaimVolumeSource{}
 	for _, v := range m.Pod.Spec.Volumes {
 		claims[v.Name] = v.PersistentVolumeClaim
 	}
 	for _, mt := range m.Pod.Spec.Containers[0].VolumeMounts {
-		if c := claims[mt.Name]; c != nil {
+		c := claims[mt.Name]
+		switch {
+		case c == nil:
+		case made[c.ClaimName] != "":
+			out = append(out, fmt.Sprintf("the default StorageClass: provisions PersistentVolumeClaim %s, which this file defines (--volume %s=new:%s) and mounts read-write at %s; it stays when the Pod is deleted", c.ClaimName, mt.MountPath, made[c.ClaimName], mt.MountPath))
+		default:
 			mode := "read-write"
 			if c.ReadOnly {
 				mode = "read-only"
@@ -233,7 +283,7 @@ func outside(o Options, m *Manifests) []string {
 	case m.Proxy != nil:
 		out = append(out, fmt.Sprintf("clusterIP %s (--proxy-cluster-ip): must be free in the cluster's Service range", o.ProxyClusterIP))
 	}
-	return append(out, fmt.Sprintf("seccomp profile %s/%s: install it on every node as <kubelet seccomp root>/%s (default root /var/lib/kubelet/seccomp) before the Pod is scheduled", SeccompDir, m.SeccompPath, m.SeccompPath))
+	return append(out, fmt.Sprintf("seccomp profile %s/%s (JSON; not a manifest, which kubectl skips): install it on every node as <kubelet seccomp root>/%s (default root /var/lib/kubelet/seccomp) before the Pod is scheduled", SeccompDir, m.SeccompPath, m.SeccompPath))
 }
 
 // isLabel reports whether s is a DNS-1123 label (RFC 1123, at most 63).
@@ -250,10 +300,13 @@ func isLabel(s string) bool {
 }
 
 // Objects returns the objects in the order to apply them: the sandbox's
-// NetworkPolicy before anything else, so the Pod never runs unfenced, and
-// the Pod last.
+// NetworkPolicy before anything else, so the Pod never runs unfenced,
+// what the Pod needs next, and the Pod last.
 func (m *Manifests) Objects() []runtime.Object {
 	objs := []runtime.Object{m.SandboxPolicy}
+	for _, c := range m.Claims {
+		objs = append(objs, c)
+	}
 	if m.Proxy != nil {
 		objs = append(objs, m.ProxyConfig, m.Proxy, m.ProxyService, m.ProxyPolicy)
 	}
@@ -264,8 +317,9 @@ func (m *Manifests) Objects() []runtime.Object {
 // listing Outside: what must exist before the objects are applied.
 func (m *Manifests) YAML() ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteString("# Generated by airlock export k8s. Apply in this order.\n")
-	b.WriteString("# The objects refer to nothing outside this file but these parameters:\n")
+	b.WriteString("# Generated by airlock export k8s. Apply it with `kubectl apply -f` on this file, or\n")
+	b.WriteString("# `kubectl apply -R -f` on its folder; the objects are in the order to apply them.\n")
+	b.WriteString("# They refer to nothing outside this file but these parameters; provide them first:\n")
 	for _, l := range m.Outside {
 		if strings.ContainsFunc(l, unicode.IsControl) {
 			l = strconv.Quote(l) // a grant path with a newline must not end the comment

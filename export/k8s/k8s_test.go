@@ -92,9 +92,13 @@ var cases = []struct {
 	{"full", fullSpec, k8s.Options{Name: "job-1", Namespace: "agents", Image: testImage, ProxyClusterIP: "10.96.0.40", Volumes: claims}},
 	{"pinned-proxy", fullSpec, k8s.Options{Name: "job-2", Image: testImage, ProxyClusterIP: "10.96.0.50", NoRuntimeClass: true,
 		Volumes: map[string]k8s.Volume{"/data": {Image: true}, "/data/out": {Claim: outClaim}}}},
-	{"proxy-dns", fullSpec, k8s.Options{Name: "job-3", Namespace: "agents", Image: testImage, ProxyDNS: true, RuntimeClass: "kata", Volumes: claims}},
+	{"proxy-dns", fullSpec, k8s.Options{Name: "job-3", Namespace: "agents", Image: testImage, ProxyDNS: true, RuntimeClass: "kata", ServiceAccount: "agent", Volumes: claims}},
 	{"no-network", policy.Spec{FSRead: []string{"/data"}, AllowedTools: []string{"python3"}}, k8s.Options{Image: testImage,
 		Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}}}},
+	// The last case: refs_test.go's catches take it as the one with a
+	// claim the export defines.
+	{"new-claim", fullSpec, k8s.Options{Name: "job-4", Namespace: "agents", Image: testImage, ProxyClusterIP: "10.96.0.60",
+		Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}, "/data/out": {New: "1Gi"}}}},
 }
 
 func TestExportGolden(t *testing.T) {
@@ -117,6 +121,7 @@ type decoded struct {
 	deps     []*appsv1.Deployment
 	svcs     []*corev1.Service
 	cms      []*corev1.ConfigMap
+	pvcs     []*corev1.PersistentVolumeClaim
 }
 
 // decodeStrict splits the stream and decodes every document into the type
@@ -149,6 +154,9 @@ func decodeStrict(t *testing.T, stream []byte) decoded {
 		case "v1/ConfigMap":
 			o := new(corev1.ConfigMap)
 			d.cms, obj = append(d.cms, o), o
+		case "v1/PersistentVolumeClaim":
+			o := new(corev1.PersistentVolumeClaim)
+			d.pvcs, obj = append(d.pvcs, o), o
 		default:
 			t.Fatalf("document %d: unexpected %s %s", i, tm.APIVersion, tm.Kind)
 		}
@@ -212,18 +220,23 @@ func TestExportRefusals(t *testing.T) {
 		{"image-with-newline", policy.Spec{}, k8s.Options{Image: "x\nkind: Secret"}, `image "x\nkind: Secret"`},
 		{"proxy-image-with-space", net, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", ProxyImage: "a b"}, `image "a b"`},
 		{"bad-runtime-class", policy.Spec{}, k8s.Options{Image: testImage, RuntimeClass: "G Visor"}, `runtime class "G Visor"`},
+		{"bad-service-account", policy.Spec{}, k8s.Options{Image: testImage, ServiceAccount: "Agent"}, `service account "Agent"`},
 		{"net-without-address", net, k8s.Options{Image: testImage}, "reaches the egress proxy only by address"},
 		{"clusterip-and-dns", net, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", ProxyDNS: true}, "exclude each other"},
 		{"clusterip-not-an-ip", net, k8s.Options{Image: testImage, ProxyClusterIP: "proxy.example"}, `proxy clusterIP "proxy.example"`},
 		{"clusterip-none", net, k8s.Options{Image: testImage, ProxyClusterIP: "None"}, `proxy clusterIP "None"`},
 		{"clusterip-unspecified", net, k8s.Options{Image: testImage, ProxyClusterIP: "0.0.0.0"}, `proxy clusterIP "0.0.0.0"`},
-		{"grant-without-volume", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}}}, "fs_write grant /data/out has no volume"},
+		{"grant-without-volume", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}}}, "fs_write grant /data/out has no volume: name the existing PersistentVolumeClaim that holds it (--volume /data/out=claim:NAME), or have the export define a new, empty one (--volume /data/out=new:SIZE)"},
 		{"grant-zero-volume", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}, "/data/out": {}}}, "fs_write grant /data/out has no volume"},
 		{"write-from-image", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Image: true}, "/data/out": {Image: true}}}, "fs_write grant /data/out cannot come from the image"},
-		{"claim-and-image", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim, Image: true}, "/data/out": {Claim: outClaim}}}, "a claim or the image, not both"},
+		{"claim-and-image", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim, Image: true}, "/data/out": {Claim: outClaim}}}, "not several"},
 		{"volume-for-no-grant", policy.Spec{}, k8s.Options{Image: testImage, Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}}}, `volume for "/data": the policy grants no fs_read or fs_write`},
 		{"claim-for-a-written-file", writeFile, k8s.Options{Image: testImage, Volumes: map[string]k8s.Volume{"/data/out.csv": {Claim: outClaim}}}, "fs_write grant /data/out.csv is a file"},
 		{"claim-for-a-read-file", readFile, k8s.Options{Image: testImage, Volumes: map[string]k8s.Volume{"/data/in.csv": {Claim: dataClaim}}}, "fs_read grant /data/in.csv is a file"},
+		{"new-claim-for-a-read", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {New: "1Gi"}, "/data/out": {Claim: outClaim}}}, "fs_read grant /data cannot be a new claim"},
+		{"new-claim-for-a-written-file", writeFile, k8s.Options{Image: testImage, Volumes: map[string]k8s.Volume{"/data/out.csv": {New: "1Gi"}}}, "fs_write grant /data/out.csv is a file"},
+		{"new-claim-bad-size", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}, "/data/out": {New: "lots"}}}, `new claim size "lots"`},
+		{"new-and-existing-claim", fullSpec, k8s.Options{Image: testImage, ProxyClusterIP: "10.96.0.50", Volumes: map[string]k8s.Volume{"/data": {Claim: dataClaim}, "/data/out": {Claim: outClaim, New: "1Gi"}}}, "not several"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := policy.New(tt.spec)

@@ -17,7 +17,9 @@ import (
 // quota below 1ms per 100ms period.
 const minMilliCPU = 10
 
-func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
+// pod is the sandbox's Pod, with the grant volumes and mounts of
+// grantVolumes.
+func pod(o Options, pl *plan.Plan, seccompPath string, gv []corev1.Volume, gm []corev1.VolumeMount) (*corev1.Pod, error) {
 	lim := pl.Limits
 	deadline := int64((lim.Wall + 999_999_999) / 1_000_000_000)
 	milli := max(int64(lim.CPU/1_000_000)*1000/max(int64(lim.Wall/1_000_000), 1), minMilliCPU)
@@ -31,10 +33,6 @@ func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
 
 	vols := []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: scratch}}}}
 	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
-	gv, gm, err := grantVolumes(pl, o.Volumes)
-	if err != nil {
-		return nil, err
-	}
 	vols, mounts = append(vols, gv...), append(mounts, gm...)
 
 	var env []corev1.EnvVar
@@ -56,6 +54,7 @@ func pod(o Options, pl *plan.Plan, seccompPath string) (*corev1.Pod, error) {
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			ActiveDeadlineSeconds:         &deadline,
 			RuntimeClassName:              runtimeClass(o),
+			ServiceAccountName:            o.ServiceAccount,
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,
 			TerminationGracePeriodSeconds: ptr(int64(1)),

@@ -58,6 +58,7 @@ func proxyObjects(o Options, policyJSON string) (*corev1.ConfigMap, *appsv1.Depl
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: lbl},
 				Spec: corev1.PodSpec{
+					ServiceAccountName:           o.ServiceAccount,
 					AutomountServiceAccountToken: &no,
 					EnableServiceLinks:           &no,
 					SecurityContext: &corev1.PodSecurityContext{

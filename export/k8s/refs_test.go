@@ -23,15 +23,16 @@ import (
 // parameter the caller named, and the YAML header lists the parameters.
 //
 // What may be referred to without being defined, and why:
-//   - PersistentVolumeClaims: only those named in Options.Volumes
-//     (--volume PATH=claim:NAME); the export defines none.
+//   - PersistentVolumeClaims: those named in Options.Volumes (--volume
+//     PATH=claim:NAME), and those the export defines (PATH=new:SIZE),
+//     which the cluster's default StorageClass provisions.
 //   - images: Options.Image (--image, required) and Options.ProxyImage
 //     (--proxy-image, default DefaultProxyImage).
 //   - runtimeClassName: Options.RuntimeClass (--runtime-class), or
 //     omitted with NoRuntimeClass; the proxy's is always omitted.
-//   - serviceAccountName: always omitted (the namespace's default
-//     account, with automountServiceAccountToken false), as are image pull
-//     secrets.
+//   - serviceAccountName: Options.ServiceAccount (--service-account,
+//     default "default"), with automountServiceAccountToken false; image
+//     pull secrets are omitted.
 //   - kube-dns in kube-system: only with Options.ProxyDNS (--proxy-dns).
 //   - the proxy Service's clusterIP: Options.ProxyClusterIP
 //     (--proxy-cluster-ip).
@@ -44,13 +45,17 @@ type params struct {
 	claims       map[string]bool
 	images       map[string]bool
 	runtimeClass string // "" when the field must be omitted
+	account      string
 	clusterIP    string
 	dns          bool
 }
 
 func paramsOf(o k8s.Options) params {
 	p := params{claims: map[string]bool{}, images: map[string]bool{o.Image: true, k8s.DefaultProxyImage: true},
-		runtimeClass: k8s.DefaultRuntimeClass, clusterIP: o.ProxyClusterIP, dns: o.ProxyDNS}
+		runtimeClass: k8s.DefaultRuntimeClass, account: k8s.DefaultServiceAccount, clusterIP: o.ProxyClusterIP, dns: o.ProxyDNS}
+	if o.ServiceAccount != "" {
+		p.account = o.ServiceAccount
+	}
 	if o.ProxyImage != "" {
 		p.images = map[string]bool{o.Image: true, o.ProxyImage: true}
 	}
@@ -103,6 +108,10 @@ func refs(w written, p params) []string {
 	for _, cm := range d.cms {
 		cms[cm.Name] = true
 	}
+	made := map[string]bool{}
+	for _, c := range d.pvcs {
+		made[c.Name] = true
+	}
 	// Pods of the export, by what selects them.
 	type podOf struct {
 		what   string
@@ -117,7 +126,7 @@ func refs(w written, p params) []string {
 			errf("pod %s: runtimeClassName %q, want it omitted (NoRuntimeClass)", pod.Name, *rc)
 		case p.runtimeClass != "" && (rc == nil || *rc != p.runtimeClass):
 			errf("pod %s: runtimeClassName %s, want the parameter %q", pod.Name, optional(rc), p.runtimeClass)
-		case p.runtimeClass != "" && !strings.Contains(w.header, "RuntimeClass "+p.runtimeClass+" (--runtime-class)"):
+		case p.runtimeClass != "" && !strings.Contains(w.header, "RuntimeClass "+p.runtimeClass+" (--runtime-class"):
 			errf("the header does not name RuntimeClass %s", p.runtimeClass)
 		}
 	}
@@ -132,8 +141,13 @@ func refs(w written, p params) []string {
 	}
 	for _, po := range pods {
 		ps := po.spec
-		if ps.ServiceAccountName != "" || ps.DeprecatedServiceAccount != "" || ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
-			errf("%s: service account %q (token mounted: %s), want it omitted and no token", po.what, ps.ServiceAccountName, optional(ps.AutomountServiceAccountToken))
+		switch {
+		case ps.ServiceAccountName != p.account || (ps.DeprecatedServiceAccount != "" && ps.DeprecatedServiceAccount != p.account):
+			errf("%s: service account %q (%q), want the parameter %q", po.what, ps.ServiceAccountName, ps.DeprecatedServiceAccount, p.account)
+		case !strings.Contains(w.header, "ServiceAccount "+p.account+" (--service-account)"):
+			errf("the header does not name ServiceAccount %s", p.account)
+		case ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken:
+			errf("%s: service account token mounted (%s), want false", po.what, optional(ps.AutomountServiceAccountToken))
 		}
 		if len(ps.ImagePullSecrets) > 0 {
 			errf("%s: imagePullSecrets %v refer to Secrets the export does not define", po.what, ps.ImagePullSecrets)
@@ -149,10 +163,16 @@ func refs(w written, p params) []string {
 				}
 			case s.PersistentVolumeClaim != nil && reflect.DeepEqual(s, corev1.VolumeSource{PersistentVolumeClaim: s.PersistentVolumeClaim}):
 				c := s.PersistentVolumeClaim.ClaimName
-				if !p.claims[c] {
+				switch {
+				case made[c] && p.claims[c]:
+					errf("%s: volume %s: claim %q is both in the export and a parameter", po.what, v.Name, c)
+				case made[c]:
+					if !strings.Contains(w.header, "provisions PersistentVolumeClaim "+c+", which this file defines") {
+						errf("the header does not say the default StorageClass provisions %s", c)
+					}
+				case !p.claims[c]:
 					errf("%s: volume %s: claim %q is neither in the export nor named by --volume", po.what, v.Name, c)
-				}
-				if !strings.Contains(w.header, "PersistentVolumeClaim "+c+" (--volume ") {
+				case !strings.Contains(w.header, "PersistentVolumeClaim "+c+" (--volume "):
 					errf("the header does not name PersistentVolumeClaim %s", c)
 				}
 			default:
@@ -342,6 +362,9 @@ func TestRefsCatches(t *testing.T) {
 		{"service-clusterip", func(d decoded) { d.svcs[0].Spec.ClusterIP = "" }},
 		{"deployment-selector", func(d decoded) { d.deps[0].Spec.Selector.MatchLabels = other }},
 		{"service-account", func(d decoded) { d.pods[0].Spec.ServiceAccountName = "builder" }},
+		{"service-account-omitted", func(d decoded) { d.pods[0].Spec.ServiceAccountName = "" }},
+		{"proxy-service-account", func(d decoded) { d.deps[0].Spec.Template.Spec.ServiceAccountName = "proxy" }},
+		{"token-mounted", func(d decoded) { d.pods[0].Spec.AutomountServiceAccountToken = ptrTo(true) }},
 		{"pull-secret", func(d decoded) {
 			d.pods[0].Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
 		}},
@@ -376,6 +399,26 @@ func TestRefsCatches(t *testing.T) {
 		w.header = strings.ReplaceAll(w.header, "PersistentVolumeClaim "+dataClaim, "")
 		if msgs := refs(w, paramsOf(tt0.opts)); len(msgs) == 0 {
 			t.Error("refs accepts a header that does not name a claim the Pod mounts")
+		}
+	})
+	t.Run("header-without-new-claim", func(t *testing.T) {
+		nc := cases[len(cases)-1]
+		w := writeExport(t, exportFor(t, nc.spec, nc.opts))
+		if msgs := refs(w, paramsOf(nc.opts)); len(msgs) != 0 {
+			t.Fatalf("the unbroken export fails: %v", msgs)
+		}
+		w.header = strings.ReplaceAll(w.header, "provisions PersistentVolumeClaim", "")
+		if msgs := refs(w, paramsOf(nc.opts)); len(msgs) == 0 {
+			t.Error("refs accepts a header that does not say the default StorageClass provisions the new claim")
+		}
+	})
+	t.Run("new-claim-also-named", func(t *testing.T) {
+		nc := cases[len(cases)-1]
+		w := writeExport(t, exportFor(t, nc.spec, nc.opts))
+		p := paramsOf(nc.opts)
+		p.claims[w.d.pvcs[0].Name] = true
+		if msgs := refs(w, p); len(msgs) == 0 {
+			t.Error("refs accepts a claim that is both defined and a parameter")
 		}
 	})
 	t.Run("profile-missing", func(t *testing.T) {

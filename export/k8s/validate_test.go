@@ -235,6 +235,9 @@ func names(d decoded) []string {
 	for _, p := range d.cms {
 		n = append(n, p.Name)
 	}
+	for _, p := range d.pvcs {
+		n = append(n, p.Name)
+	}
 	return n
 }
 
