@@ -1,0 +1,441 @@
+package k8stest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+)
+
+// Node is a real kubelet with containerd and runc, registered with a
+// ControlPlane: pods that name it (spec.nodeName; there is no scheduler)
+// run on this machine. Images come from Import (there is no registry).
+type Node struct {
+	// Name is the node's name, for a pod's spec.nodeName.
+	Name string
+
+	cp         *ControlPlane
+	dir        string // short: it holds containerd's socket
+	sock       string
+	containerd *proc
+	kubelet    *proc
+	sysctls    map[string]string // the kubelet changes these; restored at the end
+}
+
+// PauseImage is the sandbox ("pause") image containerd starts for every
+// pod: a shell sleeping, from the layers given to StartNode.
+const PauseImage = "localhost/k8stest/pause:1"
+
+// kubeletSysctls are the kernel settings the kubelet sets on start
+// (setupKernelTunables): the harness puts them back when the node stops.
+var kubeletSysctls = []string{
+	"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+}
+
+// StartNode starts containerd and a kubelet for cp and waits until the
+// node is registered and Ready. base are the layers of the pause image
+// (they must hold /bin/sleep). It needs root and the binaries of
+// .ci/k8s (containerd, ctr and runc from Debian, the kubelet built), and
+// skips or fails like Bin without them.
+//
+// containerd runs as pid 1 of a pid namespace of its own (in a mount
+// namespace that receives the host's mounts, so it sees the kubelet's
+// volumes): when the test ends or dies, it dies, and with it every shim
+// and container. The kubelet runs on the host, listening on loopback
+// only. Cleanup stops both, unmounts what the kubelet mounted, removes
+// the folder and puts the kernel settings the kubelet changed back.
+func StartNode(t testing.TB, cp *ControlPlane, base []Layer) *Node {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		airtest.SkipOrFail(t, "a kubelet needs root (it mounts volumes and starts containers)")
+	}
+	for _, b := range []string{"/usr/bin/containerd", "/usr/bin/ctr", "/usr/bin/containerd-shim-runc-v2", "/usr/sbin/runc", "/usr/bin/unshare"} {
+		if _, err := os.Stat(b); err != nil {
+			airtest.SkipOrFail(t, "%s is missing: .ci/k8s installs containerd and runc (Debian's containerd, runc)", b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cp.bin, "kubelet")); err != nil {
+		airtest.SkipOrFail(t, "%s has no kubelet: run .ci/k8s again, which builds it", cp.bin)
+	}
+	dir, err := os.MkdirTemp("", "k8sn-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &Node{Name: "k8stest-node", cp: cp, dir: dir, sock: filepath.Join(dir, "c.sock"), sysctls: map[string]string{}}
+	for _, s := range kubeletSysctls {
+		if b, err := os.ReadFile("/proc/sys/" + s); err == nil {
+			n.sysctls[s] = strings.TrimSpace(string(b))
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range []*proc{n.kubelet, n.containerd} {
+				if p != nil {
+					t.Logf("k8stest: %s's log ends:\n%s", p.name, p.tail(25))
+				}
+			}
+		}
+		n.stop(t)
+	})
+	began := time.Now()
+	if err := n.start(t, base); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("k8stest: node %s Ready %.1f s after start", n.Name, time.Since(began).Seconds())
+	return n
+}
+
+func (n *Node) start(t testing.TB, base []Layer) error {
+	ports, err := freePorts(2) // kubelet, its healthz
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{"root", "state", "opt", "kubelet", "logs", "cni", "volplugins", "runc"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	// A network configuration makes the node Ready. It gives no address,
+	// and containerd 1.6 refuses a pod network without one, so pods here
+	// use the host's network (hostNetwork): no pod network, no address
+	// of the host's ranges.
+	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-loopback.conflist"), []byte(`{"cniVersion": "1.0.0", "name": "k8stest-lo", "plugins": [{"type": "loopback"}]}`), 0o600); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[6]q
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = %[8]q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[7]q
+`, filepath.Join(n.dir, "root"), filepath.Join(n.dir, "state"), n.sock, n.sock+".ttrpc",
+		filepath.Join(n.dir, "opt"), PauseImage, filepath.Join(n.dir, "cni"), filepath.Join(n.dir, "runc"))
+	cfgPath := filepath.Join(n.dir, "containerd.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	n.containerd, err = startProc("containerd", filepath.Join(n.dir, "containerd.log"), []string{
+		"/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "slave", "--mount-proc",
+		"/usr/bin/containerd", "--config", cfgPath,
+	}, os.Environ())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := n.containerd.waitReady(ctx, pollInterval, func(ctx context.Context) error {
+		_, err := n.ctr(ctx, "version")
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := n.Import(t, &Image{Name: PauseImage, Layers: base, Entrypoint: []string{"/bin/sleep", "infinity"}}); err != nil {
+		return err
+	}
+
+	kcfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://%s
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+podLogsDirectory: %s
+evictionHard: {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 10s
+resolvConf: ""
+serializeImagePulls: false
+`, ports[0], ports[1], n.sock, filepath.Join(n.dir, "logs"))
+	kcfgPath := filepath.Join(n.dir, "kubelet.yaml")
+	if err := os.WriteFile(kcfgPath, []byte(kcfg), 0o600); err != nil {
+		return err
+	}
+	n.kubelet, err = startProc("kubelet", filepath.Join(n.dir, "kubelet.log"), []string{
+		filepath.Join(n.cp.bin, "kubelet"),
+		"--config=" + kcfgPath,
+		"--kubeconfig=" + n.cp.Kubeconfig,
+		"--root-dir=" + filepath.Join(n.dir, "kubelet"),
+		"--cert-dir=" + filepath.Join(n.dir, "kubelet", "pki"),
+		"--volume-plugin-dir=" + filepath.Join(n.dir, "volplugins"),
+		"--hostname-override=" + n.Name,
+		"--v=1",
+	}, os.Environ())
+	if err != nil {
+		return err
+	}
+	return n.kubelet.waitReady(ctx, 200*time.Millisecond, func(ctx context.Context) error {
+		node, err := n.cp.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status != corev1.ConditionTrue {
+					return fmt.Errorf("node %s: Ready=%s: %s", n.Name, c.Status, c.Message)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("node %s has no Ready condition yet", n.Name)
+	})
+}
+
+// SeccompDir is the kubelet's seccomp root: a pod's Localhost profile
+// names a file below it.
+func (n *Node) SeccompDir() string { return filepath.Join(n.dir, "kubelet", "seccomp") }
+
+// Import writes img as an archive and imports it into the node's
+// containerd, where pods find it (imagePullPolicy Never).
+func (n *Node) Import(t testing.TB, img *Image) error {
+	t.Helper()
+	archive := filepath.Join(n.dir, "image.tar")
+	defer os.Remove(archive)
+	if err := img.writeArchive(archive); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := n.ctr(ctx, "--namespace=k8s.io", "images", "import", "--no-unpack=false", archive); err != nil {
+		return fmt.Errorf("k8stest: import %s: %w\n%s", img.Name, err, out)
+	}
+	return nil
+}
+
+// ctr runs Debian's ctr against the node's containerd.
+func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "/usr/bin/ctr", append([]string{"--address=" + n.sock}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// stop ends the kubelet, removes every container through containerd (so
+// runc removes their cgroups and the shims their sockets), then ends
+// containerd (its pid namespace takes whatever is left with it), unmounts
+// what is left below the folder, removes it and restores the kernel
+// settings.
+func (n *Node) stop(t testing.TB) {
+	if n.kubelet != nil {
+		n.kubelet.stop(stopGrace)
+	}
+	if n.containerd != nil && !n.containerd.exited() {
+		if err := n.removeContainers(); err != nil {
+			t.Errorf("k8stest: %v", err)
+		}
+		n.containerd.stop(stopGrace)
+	}
+	// What containerd made for its containers and does not remove: the
+	// parent of their cgroups and the folder of the shims' sockets
+	// (rmdir leaves both alone when they are not empty).
+	for _, d := range append(must(filepath.Glob("/sys/fs/cgroup/*/k8s.io")), "/run/containerd/s", "/run/containerd") {
+		_ = os.Remove(d)
+	}
+	if err := unmountBelow(n.dir); err != nil {
+		t.Errorf("k8stest: %v", err)
+	}
+	if err := os.RemoveAll(n.dir); err != nil {
+		t.Errorf("k8stest: remove the node's folder: %v", err)
+	}
+	for s, v := range n.sysctls {
+		if b, err := os.ReadFile("/proc/sys/" + s); err == nil && strings.TrimSpace(string(b)) != v {
+			if err := os.WriteFile("/proc/sys/"+s, []byte(v), 0o644); err != nil {
+				t.Errorf("k8stest: restore %s=%s (the kubelet changed it): %v", strings.ReplaceAll(s, "/", "."), v, err)
+			}
+		}
+	}
+}
+
+// removeContainers kills and deletes every task and container of the
+// kubelet's containerd namespace.
+func (n *Node) removeContainers() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ids := func(what string) ([]string, error) {
+		out, err := n.ctr(ctx, "--namespace=k8s.io", what, "ls", "--quiet")
+		if err != nil {
+			return nil, fmt.Errorf("ctr %s ls: %w: %s", what, err, out)
+		}
+		return strings.Fields(out), nil
+	}
+	tasks, err := ids("tasks")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range tasks {
+		// The task may end between the list and the kill; delete -f says
+		// whether it is gone.
+		_, _ = n.ctr(ctx, "--namespace=k8s.io", "tasks", "kill", "--all", "--signal=SIGKILL", id)
+		if out, err := n.ctr(ctx, "--namespace=k8s.io", "tasks", "delete", "--force", id); err != nil && !strings.Contains(out, "not found") {
+			errs = append(errs, fmt.Errorf("ctr tasks delete %s: %w: %s", id, err, out))
+		}
+	}
+	containers, err := ids("containers")
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, id := range containers {
+		if out, err := n.ctr(ctx, "--namespace=k8s.io", "containers", "rm", id); err != nil && !strings.Contains(out, "not found") {
+			errs = append(errs, fmt.Errorf("ctr containers rm %s: %w: %s", id, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unmountBelow unmounts every mount point at or below dir, deepest first.
+func unmountBelow(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var points []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := unescapeMount(fields[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			points = append(points, p)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	var errs []error
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// RootfsEnv names the Debian root .ci/rootfs makes; BaseLayer turns it
+// into the layer images here are built on.
+const RootfsEnv = "AIRLOCK_TEST_ROOTFS"
+
+// BaseLayer returns a layer of the Debian root AIRLOCK_TEST_ROOTFS names
+// (python3, a shell, coreutils), cached by the root's folder name (it
+// holds the hash of the recipe that made it) under the user's cache
+// folder. It skips or fails like Bin when the variable is unset.
+func BaseLayer(t testing.TB) Layer {
+	t.Helper()
+	root := os.Getenv(RootfsEnv)
+	if root == "" {
+		airtest.SkipOrFail(t, "%s is not set: build a Debian root with .ci/rootfs (debootstrap, as root) and point it there", RootfsEnv)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatalf("k8stest: a cache for the image layer: %v", err)
+	}
+	l, err := DirLayer(root, filepath.Join(cache, "airlock-k8stest"), filepath.Base(filepath.Clean(root)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// WaitTerminated waits until container of the pod ns/name has ended and
+// returns how. It fails t when ctx ends first, with the pod's status.
+func WaitTerminated(t testing.TB, ctx context.Context, cp *ControlPlane, ns, name, container string) *corev1.ContainerStateTerminated {
+	t.Helper()
+	var last *corev1.Pod
+	for {
+		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			last = p
+			for _, s := range p.Status.ContainerStatuses {
+				if s.Name == container && s.State.Terminated != nil {
+					return s.State.Terminated
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("k8stest: pod %s/%s: container %s did not end: %v; last status: %+v", ns, name, container, ctx.Err(), last.Status)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func must[T any](v T, _ error) T { return v }
+
+// Dir is the node's folder: containerd's and the kubelet's state, logs
+// and sockets, removed when the node stops.
+func (n *Node) Dir() string { return n.dir }
+
+// Pids returns the process ids of the node's containerd (the unshare
+// that holds its pid namespace) and kubelet.
+func (n *Node) Pids() []int {
+	return []int{n.containerd.cmd.Process.Pid, n.kubelet.cmd.Process.Pid}
+}
