@@ -64,6 +64,14 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if len(b.cfg.Policy.Credentials()) > 0 {
 		return nil, errors.New("credentials need a mount namespace, to give the sandbox the trust bundle of airlock's per-run CA: the landlock backend has none; run with the namespaces, oci or gvisor isolation")
 	}
+	// Every connect(2) of the sandbox waits for the broker, which reads it
+	// with pidfd_getfd and process_vm_readv. Where those are refused (a
+	// container runtime's default seccomp profile), the broker refuses
+	// every connect, the egress proxy's too, without a denial to show.
+	brokerErr := connbroker.Probe()
+	if brokerErr != nil && b.pl.Proxy {
+		return nil, fmt.Errorf("the landlock backend answers every connect(2) of the sandbox in airlock's connect broker, which cannot work here: %v, most likely by the seccomp profile airlock runs under (the default profiles of containerd and Docker allow pidfd_getfd only with CAP_SYS_PTRACE); with net_hosts the sandbox could reach nothing, so nothing was started: run airlock under a seccomp profile that allows pidfd_open, pidfd_getfd and process_vm_readv (in Kubernetes a Localhost profile, or seccompProfile Unconfined for airlock's container: airlock installs its own filter for the sandbox), or drop net_hosts", brokerErr)
+	}
 	scratch, err := os.MkdirTemp("", "airlock-scratch-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch folder: %w (set TMPDIR to a writable folder)", err)
@@ -84,6 +92,9 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 		b.enf.Weaker = append(b.enf.Weaker, "namespaces: "+ub.why)
 	}
 	b.enf.Weaker = append(b.enf.Weaker, weakerUnshared...)
+	if brokerErr != nil {
+		b.enf.Weaker = append(b.enf.Weaker, "network: the connect broker cannot read connects here ("+brokerErr.Error()+"): every connect(2) is refused, and the refusals are not listed among the denials")
+	}
 	if os.Getuid() == 0 {
 		b.enf.Weaker = append(b.enf.Weaker, "uid: the sandbox runs as root's uid with every capability dropped (no user namespace to give it another): Landlock and seccomp, not file permissions, keep it from root's files")
 	}

@@ -51,6 +51,12 @@ type Facts struct {
 	// airlock filter returns.
 	Seccomp error
 
+	// ConnectBroker is nil when this process may read another's connect
+	// the way the landlock backend's connect broker does (pidfd_getfd,
+	// process_vm_readv); a container runtime's default seccomp profile
+	// refuses pidfd_getfd.
+	ConnectBroker error
+
 	// Cgroup is the layout cgroup.Detect found; CgroupErr is its error.
 	Cgroup    cgroup.Host
 	CgroupErr error
@@ -258,6 +264,11 @@ func Evaluate(f Facts) Report {
 	} else {
 		check("seccomp", false, f.Seccomp.Error(), "every run is refused: the syscall filter cannot be installed")
 		layer("seccomp", Refused, "seccomp filter mode unavailable", "")
+	}
+	if f.ConnectBroker == nil {
+		check("broker", true, "pidfd_getfd and process_vm_readv work: the landlock backend's broker can answer every connect", "")
+	} else {
+		check("broker", false, f.ConnectBroker.Error(), "the landlock backend refuses policies with net_hosts (its broker could answer no connect, the egress proxy's included), and without net_hosts every connect is refused without a denial in the report; the namespace backend does not use the broker. Allow pidfd_open, pidfd_getfd and process_vm_readv in the seccomp profile airlock runs under")
 	}
 
 	evaluateCgroup(f, check, layer)

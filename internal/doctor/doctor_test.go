@@ -69,6 +69,13 @@ func TestEvaluate(t *testing.T) {
 		}, 1,
 			[]string{"landlock", "audit"},
 			map[string]doctor.Verdict{"landlock": doctor.Refused, "namespaces": doctor.Enforced, "fs_denials": doctor.Unavailable}, "allow_downgrade lists landlock"},
+		// A container's default seccomp profile refuses pidfd_getfd: a
+		// failed check, while a default run (the namespace backend, which
+		// does not use the broker) is still fully enforced.
+		{"no-broker", func(f *doctor.Facts) {
+			f.ConnectBroker = errors.New("pidfd_getfd(2) is refused (operation not permitted)")
+		}, 0,
+			[]string{"broker"}, map[string]doctor.Verdict{"namespaces": doctor.Enforced}, ""},
 		{"no-userns", func(f *doctor.Facts) { f.UserNS, f.UnprivilegedUserNS = errNo, errNo }, 1, []string{"userns"},
 			map[string]doctor.Verdict{"namespaces": doctor.Refused, "landlock": doctor.Enforced}, "(unless allow_downgrade lists namespaces)"},
 		{"no-userns-old-landlock", func(f *doctor.Facts) {

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/enforce/connbroker"
 	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
 )
@@ -32,6 +33,9 @@ type Probes struct {
 	Landlock func() (int, error)
 	// Seccomp checks seccomp filter mode and the actions the filter uses.
 	Seccomp func() error
+	// ConnectBroker checks the calls the landlock backend's connect
+	// broker needs (connbroker.Probe).
+	ConnectBroker func() error
 	// Cgroup detects the cgroup layout.
 	Cgroup func() (cgroup.Host, error)
 	// CgroupWritable checks that a group may be created in dir.
@@ -68,6 +72,7 @@ func Gather(p Probes) Facts {
 		f.LandlockABI = 0
 	}
 	f.Seccomp = p.Seccomp()
+	f.ConnectBroker = p.ConnectBroker()
 	f.Cgroup, f.CgroupErr = p.Cgroup()
 	if f.CgroupErr == nil {
 		f.CgroupWritable = map[string]error{}
@@ -118,6 +123,9 @@ func (p Probes) withDefaults() Probes {
 	}
 	if p.Seccomp == nil {
 		p.Seccomp = probeSeccomp
+	}
+	if p.ConnectBroker == nil {
+		p.ConnectBroker = connbroker.Probe
 	}
 	if p.Cgroup == nil {
 		p.Cgroup = cgroup.Detect

@@ -390,6 +390,11 @@ const RootfsEnv = "AIRLOCK_TEST_ROOTFS"
 // folder. It skips or fails like Bin when the variable is unset.
 func BaseLayer(t testing.TB) Layer {
 	t.Helper()
+	if os.Geteuid() != 0 {
+		// Only a node runs images, and a node needs root: spare the
+		// unprivileged run a large tar it cannot use.
+		airtest.SkipOrFail(t, "images are for the harness's node, which needs root")
+	}
 	root := os.Getenv(RootfsEnv)
 	if root == "" {
 		airtest.SkipOrFail(t, "%s is not set: build a Debian root with .ci/rootfs (debootstrap, as root) and point it there", RootfsEnv)

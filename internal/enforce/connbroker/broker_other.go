@@ -21,3 +21,8 @@ func Serve(listener int, decide func(Request) Verdict, stop <-chan struct{}) err
 func (h Handler) Serve(listener int, stop <-chan struct{}) error {
 	return fmt.Errorf("connbroker: serve on %s: %w: the connect broker needs seccomp user notification; run the sandbox on Linux", runtime.GOOS, errors.ErrUnsupported)
 }
+
+// Probe reports that the broker cannot run here: it needs Linux.
+func Probe() error {
+	return fmt.Errorf("connbroker: %w on %s: the connect broker needs Linux", errors.ErrUnsupported, runtime.GOOS)
+}
