@@ -72,6 +72,22 @@ func StartNode(t testing.TB, cp *ControlPlane, base []Layer) *Node {
 	if _, err := os.Stat(filepath.Join(cp.bin, "kubelet")); err != nil {
 		airtest.SkipOrFail(t, "%s has no kubelet: run .ci/k8s again, which builds it", cp.bin)
 	}
+	// One node at a time on this machine, across test binaries (go test
+	// runs packages in parallel): the kubelet changes kernel settings the
+	// harness restores, and containerd's cgroup parent is shared.
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "airlock-k8stest-node.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Now()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		t.Fatalf("k8stest: lock for the node: %v", err)
+	}
+	t.Cleanup(func() { lock.Close() }) // registered first, so it runs after the node stops
+	if w := time.Since(waited); w > time.Second {
+		t.Logf("k8stest: waited %.1f s for another test's node to stop", w.Seconds())
+	}
 	dir, err := os.MkdirTemp("", "k8sn-")
 	if err != nil {
 		t.Fatal(err)
