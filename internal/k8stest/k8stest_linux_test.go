@@ -2,6 +2,7 @@ package k8stest_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/k8stest"
 )
@@ -112,6 +117,41 @@ func TestDiesWithTestBinary(t *testing.T) {
 				t.Fatalf("pid %d still runs 10 s after the test binary was killed", pid)
 			}
 			<-tick.C
+		}
+	}
+}
+
+// TestGarbageCollector: with the controller-manager's collector started,
+// a Pod owned by a ConfigMap goes when the ConfigMap is deleted.
+func TestGarbageCollector(t *testing.T) {
+	cp := k8stest.Start(t)
+	cp.StartGarbageCollector(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	owner, err := cp.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	yes := true
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "owned", OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: &yes}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "localhost/none:1"}}},
+	}
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.CoreV1().ConfigMaps("default").Delete(ctx, owner.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := cp.Client.CoreV1().Pods("default").Get(ctx, "owned", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the owned Pod is still there a minute after its owner was deleted (last get: %v)", err)
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
