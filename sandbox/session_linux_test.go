@@ -229,7 +229,10 @@ print("done")`}})
 	s2 := newSession(t, policy.Spec{AllowedTools: []string{"python3"}, Budget: budget.Limits{CPU: time.Second}})
 	rep = execIn(t, s2, sandbox.ExecRequest{Args: []string{"python3", "-c", "while True: pass"}})
 	wantHalt(t, rep, budget.MaxCPU)
-	if rep.Usage.CPUMS < 900 {
-		t.Fatalf("usage of the exec halted by max_cpu = %+v, want its CPU time", rep.Usage)
+	// Its own CPU time, most of the second: not the exact limit, since
+	// rusage's split of a loaded machine's time (the unprivileged run
+	// enforces max_cpu with RLIMIT_CPU alone) was seen at 833 ms in CI.
+	if rep.Usage.CPUMS < 500 {
+		t.Fatalf("usage of the exec halted by max_cpu = %+v, want its CPU time (at least 500 ms of the 1 s)", rep.Usage)
 	}
 }
