@@ -61,16 +61,16 @@ func Summarize(r *Report, max int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Each step cuts a field by what is over, plus a margin for the
-	// escapes the cut text may need, until the whole fits.
-	for step := 0; len(b) > max; step++ {
-		over := len(b) - max
+	// Each step cuts a field by what is over (as JSON: escapes count),
+	// plus a margin, until the whole fits.
+	for len(b) > max {
+		over := len(b) - max + 16
 		switch {
-		case s.Stdout != "" && step < 8:
-			s.Stdout = tail(s.Stdout, len(s.Stdout)-over-64)
+		case s.Stdout != "":
+			s.Stdout = tailFit(s.Stdout, jsonLen(s.Stdout)-over)
 			s.Truncated = mark(s.Truncated, "stdout")
-		case s.Stderr != "" && step < 16:
-			s.Stderr = tail(s.Stderr, len(s.Stderr)-over-64)
+		case s.Stderr != "":
+			s.Stderr = tailFit(s.Stderr, jsonLen(s.Stderr)-over)
 			s.Truncated = mark(s.Truncated, "stderr")
 		case len(s.Denials) > 0:
 			s.Denials = s.Denials[:len(s.Denials)-1]
@@ -88,17 +88,26 @@ func Summarize(r *Report, max int) ([]byte, error) {
 	return b, nil
 }
 
-// tail returns the last n bytes of s at most, starting on a rune.
-func tail(s string, n int) string {
-	if n <= 0 {
-		return ""
-	}
-	if n >= len(s) {
-		return s
-	}
-	i := len(s) - n
-	for i < len(s) && !utf8.RuneStart(s[i]) {
-		i++
+// jsonLen is the length of s as a JSON string, without its quotes.
+func jsonLen(s string) int {
+	b, _ := json.Marshal(s) // a string always marshals
+	return len(b) - 2
+}
+
+// tailFit returns the longest tail of s, starting on a rune, whose JSON
+// form (quotes aside) is at most n bytes. It looks at no more of s than
+// that tail.
+func tailFit(s string, n int) string {
+	i, size := len(s), 0
+	for i > 0 {
+		j := i - 1
+		for j > 0 && !utf8.RuneStart(s[j]) {
+			j--
+		}
+		if size += jsonLen(s[j:i]); size > n {
+			break
+		}
+		i = j
 	}
 	return s[i:]
 }

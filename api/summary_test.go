@@ -24,6 +24,7 @@ func TestSummarize(t *testing.T) {
 		{"small", api.Report{ExitCode: 3, Stdout: "hi\n", Stderr: "oops\n", DenialCounts: api.DenialCounts{Total: 1}, Denials: denials[:1]}, nil},
 		{"output-cut-by-run", api.Report{ExitCode: 124, HaltedBy: &halt, Stdout: "x", StdoutTruncated: true}, []string{"output"}},
 		{"big-stdout", api.Report{ExitCode: 0, Stdout: big}, []string{"stdout"}},
+		{"newlines", api.Report{ExitCode: 0, Stdout: strings.Repeat("row\n", 5000)}, []string{"stdout"}},
 		{"big-everything", api.Report{ExitCode: 124, HaltedBy: &halt, Stdout: big, Stderr: big, Denials: denials, DenialCounts: api.DenialCounts{Total: 900}, Error: strings.Repeat("e", 9000)},
 			[]string{"stdout", "stderr", "denials", "error"}},
 	}
@@ -48,6 +49,9 @@ func TestSummarize(t *testing.T) {
 			}
 			if !strings.HasSuffix(tt.r.Stdout, s.Stdout) || !strings.HasSuffix(tt.r.Stderr, s.Stderr) || !strings.HasPrefix(tt.r.Error, s.Error) {
 				t.Errorf("Summarize kept output that is not the tail (or an error that is not the head)")
+			}
+			if slices.Contains(tt.wantTruncated, "stdout") && !slices.Contains(tt.wantTruncated, "stderr") && len(b) < api.MaxTerminationMessage-64 {
+				t.Errorf("Summarize cut stdout to %d bytes of JSON, leaving room: want it to fill the bound", len(b))
 			}
 			if len(tt.wantTruncated) == 0 && (s.Stdout != tt.r.Stdout || len(s.Denials) != len(tt.r.Denials)) {
 				t.Errorf("Summarize cut a report that fits: %+v", s)

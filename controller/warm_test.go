@@ -1,0 +1,242 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/airlock-sandbox/airlock/controller"
+	"github.com/airlock-sandbox/airlock/controller/api/v1alpha1"
+)
+
+// warmPods lists the unclaimed warm Pods of template in ns.
+func (e *env) warmPods(t *testing.T, ctx context.Context, ns, template string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := e.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{controller.LabelTemplate: template, controller.LabelPool: controller.PoolWarm}); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitPool waits until template has n unclaimed warm Pods and returns them.
+func (e *env) waitPool(t *testing.T, ctx context.Context, ns, template string, n int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	waitFor(t, ctx, fmt.Sprintf("%d warm pods of %s", n, template), func() (bool, error) {
+		pods = e.warmPods(t, ctx, ns, template)
+		return len(pods) == n, nil
+	})
+	return pods
+}
+
+// bindTime creates a Sandbox claiming template and returns it once bound,
+// with the time from its creation to its status naming a Pod, as the
+// controller saw it through the API server.
+func (e *env) claimAndWait(t *testing.T, ctx context.Context, ns, name, template string, argv []string) (*v1alpha1.Sandbox, time.Duration) {
+	t.Helper()
+	sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.SandboxSpec{TemplateRef: &v1alpha1.TemplateRef{Name: template}, Command: argv}}
+	began := time.Now()
+	if err := e.c.Create(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	got := e.sandbox(t, ctx, ns, name, "bound", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
+	return got, time.Since(began)
+}
+
+// testWarmPool: a template with warmPool 2 gets 2 hardened warm Pods that
+// wait for their command through a downward-API file; a claim is bound to
+// a ready one (the command as its annotation, the Sandbox its controller,
+// its deadline cut to the run's), the pool refills, a claim with no ready
+// warm Pod gets a new Pod, and the warm run's report reaches the status.
+// An invalid template makes no warm Pod and its claims wait, saying why.
+func testWarmPool(t *testing.T, e *env) {
+	ctx := testCtx(t)
+	ns := e.namespace(t, "warm")
+	tp := &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "py"},
+		Spec: v1alpha1.SandboxTemplateSpec{Policy: podPolicy, Image: "registry.example/agent:1", WarmPool: 2}}
+	if err := e.c.Create(ctx, tp); err != nil {
+		t.Fatal(err)
+	}
+	pods := e.waitPool(t, ctx, ns, "py", 2)
+	for i := range pods {
+		p := &pods[i]
+		if !owned(p, "SandboxTemplate", tp.UID) {
+			t.Errorf("warm pod %s ownerReferences = %+v, want the template as controller", p.Name, p.OwnerReferences)
+		}
+		checkHardened(t, p, int64((controller.DefaultWarmLifetime+30*time.Second+60*time.Second)/time.Second))
+		cmd := p.Spec.Containers[0].Command
+		if !slices.Contains(cmd, "--argv-file") || slices.Contains(cmd, "--") {
+			t.Errorf("warm pod command %q, want --argv-file and no command", cmd)
+		}
+		var fieldPath string
+		for _, v := range p.Spec.Volumes {
+			if v.DownwardAPI != nil {
+				fieldPath = v.DownwardAPI.Items[0].FieldRef.FieldPath
+			}
+		}
+		if fieldPath != "metadata.annotations['airlock.dev/argv']" {
+			t.Errorf("warm pod downward-API field %q, want the argv annotation", fieldPath)
+		}
+		e.runPod(t, ctx, p)
+	}
+	waitFor(t, ctx, "template status ready=2", func() (bool, error) {
+		err := e.c.Get(ctx, client.ObjectKeyFromObject(tp), tp)
+		return err == nil && tp.Status.Ready == 2 && tp.Status.Warm == 2, err
+	})
+
+	argv := []string{"python3", "-c", "print('warm')"}
+	sb, warmBind := e.claimAndWait(t, ctx, ns, "claim-1", "py", argv)
+	if !sb.Status.Warm || !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == sb.Status.PodName }) || sb.Status.Phase != v1alpha1.PhaseRunning {
+		t.Fatalf("claim-1 status = %+v, want one of the ready warm pods, Running", sb.Status)
+	}
+	var pod corev1.Pod
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: sb.Status.PodName}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	var gotArgv []string
+	if err := json.Unmarshal([]byte(pod.Annotations[controller.AnnotationArgv]), &gotArgv); err != nil || !slices.Equal(gotArgv, argv) {
+		t.Errorf("claimed pod's argv annotation %q (%v), want %q", pod.Annotations[controller.AnnotationArgv], err, argv)
+	}
+	if !owned(&pod, "Sandbox", sb.UID) || len(pod.OwnerReferences) != 1 {
+		t.Errorf("claimed pod ownerReferences = %+v, want only the Sandbox", pod.OwnerReferences)
+	}
+	if _, ok := pod.Labels[controller.LabelPool]; ok {
+		t.Error("claimed pod still labelled as in the pool")
+	}
+	if d := *pod.Spec.ActiveDeadlineSeconds; d > 30+60+60 {
+		t.Errorf("claimed pod's activeDeadlineSeconds = %d, want it cut to about max_wall + 60 s from its start", d)
+	}
+
+	// The pool refills: a new warm Pod, not ready yet.
+	fresh := e.waitPool(t, ctx, ns, "py", 2)
+	var unready []corev1.Pod
+	for _, p := range fresh {
+		if p.Status.Phase != corev1.PodRunning {
+			unready = append(unready, p)
+		}
+	}
+	if len(unready) != 1 {
+		t.Fatalf("after the claim: %d new warm pods, want 1", len(unready))
+	}
+	sb2, _ := e.claimAndWait(t, ctx, ns, "claim-2", "py", argv)
+	if !sb2.Status.Warm || sb2.Status.PodName == sb.Status.PodName {
+		t.Errorf("claim-2 status = %+v, want the other ready warm pod", sb2.Status)
+	}
+	e.waitPool(t, ctx, ns, "py", 2)
+	// No ready warm Pod is left: the claim gets a new Pod, not a warm one
+	// that is still starting.
+	sb3, coldBind := e.claimAndWait(t, ctx, ns, "claim-3", "py", argv)
+	if sb3.Status.Warm || sb3.Status.Phase != v1alpha1.PhasePending || !strings.HasSuffix(sb3.Status.PodName, "-sbx") {
+		t.Errorf("claim-3 status = %+v, want a new pod, Pending", sb3.Status)
+	}
+	t.Logf("bind latency (Sandbox created -> status names its Pod, through the API server): warm %v, cold %v", warmBind, coldBind)
+
+	// The warm run ends; its report reaches the status.
+	e.endPod(t, ctx, &pod, 0, summary(t, 0))
+	done := e.sandbox(t, ctx, ns, "claim-1", "Succeeded", func(s *v1alpha1.Sandbox) bool { return s.Status.Phase == v1alpha1.PhaseSucceeded })
+	if done.Status.Report == nil || done.Status.Report.Backend != "landlock" || done.Status.ExitCode == nil || *done.Status.ExitCode != 0 {
+		t.Errorf("claim-1 final status = %+v, want exit 0 and the report", done.Status)
+	}
+	if done.Status.StartTime == nil || done.Status.StartTime.Before(&sb.CreationTimestamp) && sb.CreationTimestamp.Sub(done.Status.StartTime.Time) > time.Second {
+		t.Errorf("claim-1 startTime %v, want the claim's time (at or after the Sandbox's creation %v), not the warm pod's start", done.Status.StartTime, sb.CreationTimestamp)
+	}
+
+	// A template whose policy a Pod cannot enforce: no warm Pod; its
+	// claim waits, saying why.
+	bad := &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"},
+		Spec: v1alpha1.SandboxTemplateSpec{Policy: "version: 1\n", Image: "img", WarmPool: 3}}
+	if err := e.c.Create(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "template bad refused", func() (bool, error) {
+		err := e.c.Get(ctx, client.ObjectKeyFromObject(bad), bad)
+		c := meta.FindStatusCondition(bad.Status.Conditions, controller.CondReady)
+		return err == nil && c != nil && c.Reason == controller.ReasonInvalidPolicy && strings.Contains(c.Message, "allow_downgrade lacks"), err
+	})
+	claim := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "claim-bad"},
+		Spec: v1alpha1.SandboxSpec{TemplateRef: &v1alpha1.TemplateRef{Name: "bad"}, Command: argv}}
+	if err := e.c.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	got := e.sandbox(t, ctx, ns, "claim-bad", "waiting", func(s *v1alpha1.Sandbox) bool { return s.Status.Phase != "" })
+	if c := meta.FindStatusCondition(got.Status.Conditions, controller.CondReady); got.Status.Phase != v1alpha1.PhasePending || c == nil ||
+		c.Reason != controller.ReasonInvalidPolicy || !strings.Contains(c.Message, "sandboxtemplate bad") || got.Status.PodName != "" {
+		t.Errorf("claim of an invalid template: status %+v, want Pending, Ready=False InvalidPolicy naming the template, no pod", got.Status)
+	}
+	if n := len(e.warmPods(t, ctx, ns, "bad")); n != 0 {
+		t.Errorf("invalid template has %d warm pods, want 0", n)
+	}
+	// Fixing the template lets the waiting claim run.
+	bad.Spec.Policy = podPolicy
+	if err := e.c.Update(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	e.sandbox(t, ctx, ns, "claim-bad", "bound after the fix", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
+}
+
+// testConcurrentClaims: five Sandboxes claim a pool of two ready warm
+// Pods at once; exactly two get a warm Pod, each a different one, and
+// three get a new Pod.
+func testConcurrentClaims(t *testing.T, e *env) {
+	ctx := testCtx(t)
+	ns := e.namespace(t, "race")
+	tp := &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
+		Spec: v1alpha1.SandboxTemplateSpec{Policy: podPolicy, Image: "img", WarmPool: 2}}
+	if err := e.c.Create(ctx, tp); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range e.waitPool(t, ctx, ns, "t", 2) {
+		e.runPod(t, ctx, &p)
+	}
+	waitFor(t, ctx, "2 ready", func() (bool, error) {
+		err := e.c.Get(ctx, client.ObjectKeyFromObject(tp), tp)
+		return err == nil && tp.Status.Ready == 2, err
+	})
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("c%d", i)},
+				Spec: v1alpha1.SandboxSpec{TemplateRef: &v1alpha1.TemplateRef{Name: "t"}, Command: []string{"true"}}}
+			if err := e.c.Create(ctx, sb); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	pods := map[string]string{}
+	warm := 0
+	for i := range 5 {
+		name := fmt.Sprintf("c%d", i)
+		sb := e.sandbox(t, ctx, ns, name, "bound", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
+		if other, dup := pods[sb.Status.PodName]; dup {
+			t.Errorf("pod %s bound to %s and %s", sb.Status.PodName, other, name)
+		}
+		pods[sb.Status.PodName] = name
+		if sb.Status.Warm {
+			warm++
+		}
+	}
+	if warm != 2 {
+		t.Errorf("%d claims got a warm pod, want 2 (the ready ones)", warm)
+	}
+}
