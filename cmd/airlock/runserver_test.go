@@ -145,7 +145,7 @@ func TestRunServerHelp(t *testing.T) {
 	server := filepath.Join(filepath.Dir(airlockBin), "airlock-server")
 	alone := filepath.Join(t.TempDir(), "airlock")
 	copyFile(t, airlockBin, alone, 0o755)
-	for _, args := range [][]string{{"serve", "--help"}, {"mcp", "-h"}, {"export", "k8s", "--help"}, {"serve", "--no-such-flag"}} {
+	for _, args := range [][]string{{"serve", "--help"}, {"mcp", "-h"}, {"export", "k8s", "--help"}, {"controller", "--help"}, {"serve", "--no-such-flag"}} {
 		want := runBin(t, server, args...)
 		if got := runBin(t, airlockBin, args...); got != want {
 			t.Errorf("airlock %q = %+v\nwant airlock-server's %+v", args, got, want)
