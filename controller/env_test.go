@@ -127,10 +127,16 @@ func installCRDs(t *testing.T, c client.Client) {
 	}
 }
 
-// waitFor polls cond until it holds, fails, or ctx ends.
+// waitFor polls cond every 20 ms until it holds, fails, or ctx ends.
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
 	t.Helper()
-	tick := time.NewTicker(20 * time.Millisecond)
+	waitEvery(t, ctx, what, 20*time.Millisecond, cond)
+}
+
+// waitEvery polls cond every tick until it holds, fails, or ctx ends.
+func waitEvery(t *testing.T, ctx context.Context, what string, every time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var last error
 	for {

@@ -135,11 +135,15 @@ func (r *sandboxReconciler) bind(ctx context.Context, sb *v1alpha1.Sandbox, w *w
 		}
 	}
 	owner := ownerRef("Sandbox", sb)
-	cmName := childName(sb.Name, "sbx-policy", 253)
+	// The Pod and its ConfigMap share a name with the Sandbox's uid in
+	// it: an object left by a deleted Sandbox of the same name (until the
+	// garbage collector removes it) never stands in the way.
+	name := childName(sb.Name, "sbx-"+string(sb.UID)[:8], 253)
+	cmName := name
 	if err := r.c.Create(ctx, policyConfigMap(sb.Namespace, cmName, w.text, owner)); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create configmap %s: %w", cmName, err)
 	}
-	pod := buildPod(podParams{namespace: sb.Namespace, name: childName(sb.Name, "sbx", 253), image: w.image, configMap: cmName, pol: w.pol,
+	pod := buildPod(podParams{namespace: sb.Namespace, name: name, image: w.image, configMap: cmName, pol: w.pol,
 		argv: slices.Clone(sb.Spec.Command), labels: map[string]string{LabelSandboxUID: string(sb.UID)},
 		deadline: w.pol.Budget().Wall + startGrace, owner: owner, airlock: r.o.airlock()})
 	if err := r.c.Create(ctx, pod); err != nil {

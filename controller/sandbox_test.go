@@ -36,8 +36,11 @@ func TestController(t *testing.T) {
 	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, e) })
 	t.Run("InvalidPolicy", func(t *testing.T) { testInvalidPolicy(t, e) })
 	t.Run("Schema", func(t *testing.T) { testSchema(t, e) })
+	t.Run("Outcomes", func(t *testing.T) { testOutcomes(t, e) })
 	t.Run("WarmPool", func(t *testing.T) { testWarmPool(t, e) })
 	t.Run("ConcurrentClaims", func(t *testing.T) { testConcurrentClaims(t, e) })
+	t.Run("PoolUpkeep", func(t *testing.T) { testPoolUpkeep(t, e) })
+	t.Run("Latency", func(t *testing.T) { testLatency(t, e) })
 }
 
 // owned reports whether obj's controller is the object uid.

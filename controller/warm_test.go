@@ -144,7 +144,7 @@ func testWarmPool(t *testing.T, e *env) {
 	// No ready warm Pod is left: the claim gets a new Pod, not a warm one
 	// that is still starting.
 	sb3, coldBind := e.claimAndWait(t, ctx, ns, "claim-3", "py", argv)
-	if sb3.Status.Warm || sb3.Status.Phase != v1alpha1.PhasePending || !strings.HasSuffix(sb3.Status.PodName, "-sbx") {
+	if sb3.Status.Warm || sb3.Status.Phase != v1alpha1.PhasePending || !strings.HasPrefix(sb3.Status.PodName, "claim-3-sbx-") {
 		t.Errorf("claim-3 status = %+v, want a new pod, Pending", sb3.Status)
 	}
 	t.Logf("bind latency (Sandbox created -> status names its Pod, through the API server): warm %v, cold %v", warmBind, coldBind)
@@ -185,10 +185,7 @@ func testWarmPool(t *testing.T, e *env) {
 		t.Errorf("invalid template has %d warm pods, want 0", n)
 	}
 	// Fixing the template lets the waiting claim run.
-	bad.Spec.Policy = podPolicy
-	if err := e.c.Update(ctx, bad); err != nil {
-		t.Fatal(err)
-	}
+	e.patchTemplate(t, ctx, bad, func(s *v1alpha1.SandboxTemplateSpec) { s.Policy = podPolicy })
 	e.sandbox(t, ctx, ns, "claim-bad", "bound after the fix", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
 }
 
@@ -238,5 +235,73 @@ func testConcurrentClaims(t *testing.T, e *env) {
 	}
 	if warm != 2 {
 		t.Errorf("%d claims got a warm pod, want 2 (the ready ones)", warm)
+	}
+}
+
+// testPoolUpkeep: a warm Pod that ended (its deadline passed, or it
+// failed) is replaced; a change of the template's image or policy
+// replaces every unclaimed warm Pod but leaves claimed ones alone; a
+// smaller pool deletes the extra Pods, unready ones first.
+func testPoolUpkeep(t *testing.T, e *env) {
+	ctx := testCtx(t)
+	ns := e.namespace(t, "upkeep")
+	tp := &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
+		Spec: v1alpha1.SandboxTemplateSpec{Policy: podPolicy, Image: "img:1", WarmPool: 2}}
+	if err := e.c.Create(ctx, tp); err != nil {
+		t.Fatal(err)
+	}
+	pods := e.waitPool(t, ctx, ns, "t", 2)
+	e.runPod(t, ctx, &pods[0])
+	// The kubelet ends a warm Pod at its activeDeadlineSeconds.
+	expired := pods[1]
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(&expired), &expired); err != nil {
+		t.Fatal(err)
+	}
+	expired.Status.Phase, expired.Status.Reason = corev1.PodFailed, "DeadlineExceeded"
+	if err := e.c.Status().Update(ctx, &expired); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "expired warm pod replaced", func() (bool, error) {
+		pods := e.warmPods(t, ctx, ns, "t")
+		return len(pods) == 2 && !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == expired.Name }), nil
+	})
+
+	claimed, _ := e.claimAndWait(t, ctx, ns, "keep", "t", []string{"true"})
+	if !claimed.Status.Warm {
+		t.Fatalf("claim = %+v, want the ready warm pod", claimed.Status)
+	}
+	before := e.waitPool(t, ctx, ns, "t", 2)
+	e.patchTemplate(t, ctx, tp, func(s *v1alpha1.SandboxTemplateSpec) { s.Image = "img:2" })
+	waitFor(t, ctx, "warm pods of img:2 only", func() (bool, error) {
+		pods := e.warmPods(t, ctx, ns, "t")
+		for _, p := range pods {
+			if p.Spec.Containers[0].Image != "img:2" || slices.ContainsFunc(before, func(b corev1.Pod) bool { return b.Name == p.Name }) {
+				return false, nil
+			}
+		}
+		return len(pods) == 2, nil
+	})
+	var kept corev1.Pod
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimed.Status.PodName}, &kept); err != nil || kept.DeletionTimestamp != nil {
+		t.Errorf("claimed pod %s after the template changed: %v (deleting %v), want it kept", claimed.Status.PodName, err, kept.DeletionTimestamp)
+	}
+
+	pods = e.warmPods(t, ctx, ns, "t")
+	e.runPod(t, ctx, &pods[0])
+	e.patchTemplate(t, ctx, tp, func(s *v1alpha1.SandboxTemplateSpec) { s.WarmPool = 1 })
+	left := e.waitPool(t, ctx, ns, "t", 1)
+	if left[0].Name != pods[0].Name {
+		t.Errorf("pool shrunk to %s, want the ready pod %s kept", left[0].Name, pods[0].Name)
+	}
+}
+
+// patchTemplate changes tp's spec with a merge patch, as kubectl edit
+// does: the controller's status writes cannot make it conflict.
+func (e *env) patchTemplate(t *testing.T, ctx context.Context, tp *v1alpha1.SandboxTemplate, edit func(*v1alpha1.SandboxTemplateSpec)) {
+	t.Helper()
+	orig := tp.DeepCopy()
+	edit(&tp.Spec)
+	if err := e.c.Patch(ctx, tp, client.MergeFrom(orig)); err != nil {
+		t.Fatalf("patch sandboxtemplate %s: %v", tp.Name, err)
 	}
 }

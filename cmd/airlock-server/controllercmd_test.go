@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/k8stest"
@@ -83,9 +84,18 @@ func TestControllerCommand(t *testing.T) {
 		case <-poll.C:
 		}
 	}
-	pod, err := cp.Client.CoreV1().Pods("watched").Get(ctx, "csv-sbx", metav1.GetOptions{})
+	sbx, err := cp.Client.CoreV1().Pods("watched").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/sandbox-uid"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	for i := range sbx.Items {
+		if strings.HasPrefix(sbx.Items[i].Name, "csv-sbx-") {
+			pod = &sbx.Items[i]
+		}
+	}
+	if pod == nil {
+		t.Fatalf("no pod csv-sbx-* among %d sandbox pods", len(sbx.Items))
 	}
 	if got := strings.Join(pod.Spec.Containers[0].Command, " "); got != "airlock run --isolation landlock --policy /etc/airlock/policy/policy.yaml --summary-file /dev/termination-log -- python3 /data/analyse.py" {
 		t.Errorf("csv's pod command = %q", got)
