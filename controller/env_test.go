@@ -34,10 +34,21 @@ type env struct {
 	c  client.Client // uncached: what the API server holds
 }
 
+// startOptions varies how start runs the controller.
+type startOptions struct {
+	// asServiceAccount applies packaging/controller/rbac.yaml and runs
+	// the manager as its ServiceAccount (impersonated), with leader
+	// election in airlock-system; false runs it as the administrator.
+	asServiceAccount bool
+}
+
+// serviceAccount is the user rbac.yaml grants the controller's rights.
+const serviceAccount = "system:serviceaccount:airlock-system:airlock-controller"
+
 // start starts the control plane, installs the CRDs from the embedded
 // files (as a cluster operator applies them) and runs the manager until
 // t ends.
-func start(t *testing.T) *env {
+func start(t *testing.T, so startOptions) *env {
 	t.Helper()
 	cp := k8stest.Start(t)
 	scheme, err := controller.Scheme()
@@ -58,13 +69,25 @@ func start(t *testing.T) *env {
 	installCRDs(t, c)
 
 	ctrl.SetLogger(logr.Discard())
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mo := ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// Each test function runs a manager of its own in this process.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
-	})
+	}
+	mcfg := cfg
+	if so.asServiceAccount {
+		cp.Namespace(t, "airlock-system", nil)
+		if r := cp.Kubectl(t, "apply", "-f", "../packaging/controller/rbac.yaml"); r.Err != nil {
+			t.Fatalf("kubectl apply rbac.yaml: %v\n%s", r.Err, r.Stderr)
+		}
+		mcfg = rest.CopyConfig(cfg)
+		mcfg.Impersonate = rest.ImpersonationConfig{UserName: serviceAccount}
+		mo.LeaderElection, mo.LeaderElectionNamespace, mo.LeaderElectionID = true, "airlock-system", "airlock-controller.airlock.dev"
+		mo.LeaderElectionReleaseOnCancel = true
+	}
+	mgr, err := ctrl.NewManager(mcfg, mo)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ budget:
 // kube-apiserver (k8stest) with the CRDs installed. No kubelet runs:
 // the test writes the Pod status a kubelet would.
 func TestController(t *testing.T) {
-	e := start(t)
+	e := start(t, startOptions{})
 	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, e) })
 	t.Run("InvalidPolicy", func(t *testing.T) { testInvalidPolicy(t, e) })
 	t.Run("Schema", func(t *testing.T) { testSchema(t, e) })
@@ -41,6 +41,24 @@ func TestController(t *testing.T) {
 	t.Run("ConcurrentClaims", func(t *testing.T) { testConcurrentClaims(t, e) })
 	t.Run("PoolUpkeep", func(t *testing.T) { testPoolUpkeep(t, e) })
 	t.Run("Latency", func(t *testing.T) { testLatency(t, e) })
+}
+
+// TestControllerRBAC runs the controller as the ServiceAccount of
+// packaging/controller/rbac.yaml, with leader election: the life of a
+// Sandbox and the warm pool work with exactly those rights (a missing
+// one would leave a test waiting for what the controller was refused),
+// and the account can do nothing else, such as read Secrets.
+func TestControllerRBAC(t *testing.T) {
+	e := start(t, startOptions{asServiceAccount: true})
+	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, e) })
+	t.Run("WarmPool", func(t *testing.T) { testWarmPool(t, e) })
+	for _, verb := range []string{"list secrets", "delete sandboxes", "update sandboxes", "patch configmaps", "create pods --subresource=exec", "delete configmaps", "create pods"} {
+		args := append([]string{"auth", "can-i"}, strings.Fields(verb)...)
+		r := e.cp.Kubectl(t, append(args, "--all-namespaces", "--as", serviceAccount)...)
+		if got, want := strings.TrimSpace(r.Stdout), map[bool]string{true: "yes", false: "no"}[verb == "create pods"]; got != want {
+			t.Errorf("kubectl auth can-i %s as the controller's account: %q, want %s", verb, r.Stdout, want)
+		}
+	}
 }
 
 // owned reports whether obj's controller is the object uid.
