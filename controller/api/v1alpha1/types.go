@@ -79,9 +79,12 @@ type SandboxStatus struct {
 	// message (its truncated list names what was cut); nil when the Pod
 	// ended without one.
 	Report *api.Summary `json:"report,omitempty"`
-	// Conditions: Ready (the policy is valid and a Pod is bound; False
-	// with reason InvalidPolicy, TemplateNotFound or PodLost, and a
-	// message that says what is wrong).
+	// Conditions: Ready (True, reason PodBound, once a Pod runs the
+	// command; False with reason InvalidPolicy, TemplateNotFound or
+	// PodLost and a message that says what is wrong) and, when the Pod
+	// ended without a report, Reported=False saying why (no termination
+	// message, one that is not airlock's summary, or the Pod's own
+	// reason, such as DeadlineExceeded).
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
