@@ -73,6 +73,7 @@ func start(t *testing.T, so startOptions) *env {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		Cache:                  controller.CacheOptions(nil),
 		// Each test function runs a manager of its own in this process.
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
 	}

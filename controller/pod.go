@@ -62,7 +62,7 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 // refuses, and what the Pod's backend (airlock without namespaces, in a
 // container with no cgroup of its own to manage) cannot enforce.
 func checkPolicy(text string) (*policy.Policy, error) {
-	p, err := policy.Parse([]byte(text), policy.ParseOptions{File: "policy"})
+	p, err := policy.Parse([]byte(text), policy.ParseOptions{File: "spec.policy"})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}

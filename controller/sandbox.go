@@ -104,7 +104,7 @@ func (r *sandboxReconciler) resolve(ctx context.Context, sb *v1alpha1.Sandbox) (
 	}
 	p, err := checkPolicy(sb.Spec.Policy)
 	if err != nil {
-		return nil, ReasonInvalidPolicy, fmt.Sprintf("spec.%v; no Pod was created: create a new Sandbox with the policy fixed", err)
+		return nil, ReasonInvalidPolicy, fmt.Sprintf("%v; no Pod was created: create a new Sandbox with the policy fixed", err)
 	}
 	return &what{text: sb.Spec.Policy, image: sb.Spec.Image, pol: p}, "", ""
 }

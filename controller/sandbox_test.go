@@ -186,8 +186,8 @@ func testInvalidPolicy(t *testing.T, e *env) {
 		name, policy string
 		want         []string
 	}{
-		{"unknown-key", "version: 1\ncolour: blue\nallow_downgrade: [max_memory, max_cpu, max_pids]\n", []string{"policy:2:1", "colour"}},
-		{"relative-path", "version: 1\nfs_read: [./data]\nallow_downgrade: [max_memory, max_cpu, max_pids]\n", []string{"policy:2", "./data"}},
+		{"unknown-key", "version: 1\ncolour: blue\nallow_downgrade: [max_memory, max_cpu, max_pids]\n", []string{"spec.policy:2:1", "colour"}},
+		{"relative-path", "version: 1\nfs_read: [./data]\nallow_downgrade: [max_memory, max_cpu, max_pids]\n", []string{"spec.policy:2", "./data"}},
 		{"bad-budget", "version: 1\nbudget: {max_wall: 99h}\nallow_downgrade: [max_memory, max_cpu, max_pids]\n", []string{"max_wall"}},
 		{"no-cgroup-downgrades", "version: 1\n", []string{"allow_downgrade lacks max_memory, max_cpu, max_pids"}},
 		{"fs-write", "version: 1\nfs_write: [/out]\nallow_downgrade: [max_memory, max_cpu, max_pids]\n", []string{"fs_write: a controller Pod has no writable volume"}},
@@ -208,6 +208,7 @@ func testInvalidPolicy(t *testing.T, e *env) {
 			if got.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Status != metav1.ConditionFalse || c.Reason != controller.ReasonInvalidPolicy {
 				t.Fatalf("status = %+v, want Failed with Ready=False %s", got.Status, controller.ReasonInvalidPolicy)
 			}
+			t.Logf("message: %s", c.Message)
 			for _, w := range tt.want {
 				if !strings.Contains(c.Message, w) {
 					t.Errorf("message %q does not name %q", c.Message, w)

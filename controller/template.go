@@ -99,7 +99,7 @@ func (r *templateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		Message: fmt.Sprintf("%d of %d warm pods exist, %d ready", len(alive), t.Spec.WarmPool, t.Status.Ready), ObservedGeneration: t.Generation}
 	if perr != nil {
 		c = metav1.Condition{Type: CondReady, Status: metav1.ConditionFalse, Reason: ReasonInvalidPolicy,
-			Message: fmt.Sprintf("spec.%v; no warm Pod is made until the policy is fixed", perr), ObservedGeneration: t.Generation}
+			Message: fmt.Sprintf("%v; no warm Pod is made until the policy is fixed", perr), ObservedGeneration: t.Generation}
 	}
 	meta.SetStatusCondition(&t.Status.Conditions, c)
 	if equalJSON(before, &t.Status) {

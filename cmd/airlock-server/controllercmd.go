@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/airlock-sandbox/airlock/controller"
@@ -82,12 +81,7 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "airlock-controller.airlock.dev",
 		LeaderElectionNamespace: *leaderNS,
-	}
-	if len(namespaces) > 0 {
-		opts.Cache.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range namespaces {
-			opts.Cache.DefaultNamespaces[ns] = cache.Config{}
-		}
+		Cache:                   controller.CacheOptions(namespaces),
 	}
 	mgr, err := ctrl.NewManager(cfg, opts)
 	if err != nil {
