@@ -29,6 +29,7 @@ const (
 	ReasonTemplateNotFound = "TemplateNotFound"
 	ReasonPodLost          = "PodLost"
 	ReasonPoolFilled       = "PoolFilled"
+	ReasonWarmPodFailed    = "WarmPodFailed"
 )
 
 // sandboxReconciler makes and watches the Pod of each Sandbox.

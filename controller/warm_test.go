@@ -305,3 +305,41 @@ func (e *env) patchTemplate(t *testing.T, ctx context.Context, tp *v1alpha1.Sand
 		t.Fatalf("patch sandboxtemplate %s: %v", tp.Name, err)
 	}
 }
+
+// testPoolFailure: a warm Pod that exits by itself (airlock refused to
+// start on that node) is not replaced at once by another that would fail
+// the same way: the template says why, with the report's error, and the
+// pool waits; a warm Pod that gets ready lifts the wait.
+func testPoolFailure(t *testing.T, e *env) {
+	ctx := testCtx(t)
+	ns := e.namespace(t, "failure")
+	tp := &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
+		Spec: v1alpha1.SandboxTemplateSpec{Policy: podPolicy, Image: "img", WarmPool: 2}}
+	if err := e.c.Create(ctx, tp); err != nil {
+		t.Fatal(err)
+	}
+	pods := e.waitPool(t, ctx, ns, "t", 2)
+	msg, err := json.Marshal(map[string]any{"exit_code": 125, "duration_ms": 0, "usage": map[string]int{}, "denials_total": 0,
+		"error": "landlock: this kernel has no Landlock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.endPod(t, ctx, &pods[0], 125, string(msg))
+	waitFor(t, ctx, "template says the warm pod failed", func() (bool, error) {
+		err := e.c.Get(ctx, client.ObjectKeyFromObject(tp), tp)
+		c := meta.FindStatusCondition(tp.Status.Conditions, controller.CondReady)
+		return err == nil && c != nil && c.Reason == controller.ReasonWarmPodFailed &&
+			strings.Contains(c.Message, "exit 125: landlock: this kernel has no Landlock") && strings.Contains(c.Message, "1 in a row"), err
+	})
+	// The status is written after the reconcile decided not to refill.
+	if got := e.warmPods(t, ctx, ns, "t"); len(got) != 1 || got[0].Name != pods[1].Name {
+		t.Fatalf("after the failure: %d warm pods, want only %s (no replacement during the backoff)", len(got), pods[1].Name)
+	}
+	e.runPod(t, ctx, &pods[1])
+	e.waitPool(t, ctx, ns, "t", 2)
+	waitFor(t, ctx, "template ready again", func() (bool, error) {
+		err := e.c.Get(ctx, client.ObjectKeyFromObject(tp), tp)
+		c := meta.FindStatusCondition(tp.Status.Conditions, controller.CondReady)
+		return err == nil && c != nil && c.Reason == controller.ReasonPoolFilled, err
+	})
+}
