@@ -177,7 +177,7 @@ func (r *templateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	case held != nil:
 		wait := held.until.Sub(r.o.now())
 		c = metav1.Condition{Type: CondReady, Status: metav1.ConditionFalse, Reason: ReasonWarmPodFailed,
-			Message:            fmt.Sprintf("%s; %d in a row: the pool is refilled again in %s (see the Pod's log; a node whose kernel or runtime lacks what airlock needs fails every Pod)", held.why, held.n, wait.Round(time.Second)),
+			Message:            fmt.Sprintf("%s; %d in a row: the pool is refilled again in %s (a node whose kernel or runtime lacks what airlock needs fails every warm Pod the same way)", held.why, held.n, wait.Round(time.Second)),
 			ObservedGeneration: t.Generation}
 		res.RequeueAfter = wait
 	}
