@@ -12,8 +12,9 @@
 // controller ownerReference to its Sandbox or SandboxTemplate, so the
 // garbage collector removes it with its owner.
 //
-// It is linked only into airlock-server (deps_test.go): it imports
-// controller-runtime and client-go, which airlock itself never links.
+// It is linked only into airlock-controller (deps_test.go): it imports
+// controller-runtime and client-go, which neither airlock nor
+// airlock-server links (they would slow every start of those).
 // What it stops: a Pod that runs a command with more than its policy
 // grants (the policy is enforced by airlock inside the Pod, whatever the
 // cluster's network plugin does), a Pod created from a policy airlock

@@ -1,9 +1,8 @@
 // Command airlock-server holds the airlock commands with heavy
 // dependencies: serve (the HTTP API, with Prometheus metrics), mcp (the
-// MCP SDK), export k8s (the Kubernetes API types) and controller (the
-// Kubernetes controller, on controller-runtime and client-go). `airlock
-// serve`, `airlock mcp`, `airlock export k8s` and `airlock controller`
-// execute it from airlock's own folder, so that airlock itself, and every `airlock run`, links and
+// MCP SDK) and export k8s (the Kubernetes API types). `airlock serve`,
+// `airlock mcp` and `airlock export k8s` execute it from airlock's own
+// folder, so that airlock itself, and every `airlock run`, links and
 // initializes none of them. It can also be run directly. See
 // `airlock-server help`.
 package main
@@ -18,13 +17,12 @@ import (
 )
 
 const usage = `airlock-server holds airlock's servers and its Kubernetes export. 'airlock serve',
-'airlock mcp', 'airlock export k8s' and 'airlock controller' run it from airlock's folder; it runs on its own too.
+'airlock mcp' and 'airlock export k8s' run it from airlock's folder; it runs on its own too.
 
 usage:
   airlock-server serve [--listen ADDR] [--token-file F]           HTTP API with long-lived sessions (airlock serve)
   airlock-server mcp [--policy FILE] [flags] [--listen ADDR]       MCP server (airlock mcp): stdio, or streamable HTTP with --listen
   airlock-server export k8s [--policy FILE] [flags] -- CMD...      the policy as Kubernetes manifests (airlock export k8s)
-  airlock-server controller [--kubeconfig FILE] [flags]            the Kubernetes controller for Sandboxes (airlock controller)
   airlock-server version                                           print the version
 
 Run 'airlock-server COMMAND --help' for the flags of a command.
@@ -47,8 +45,6 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdMCP(args[1:], stdout, stderr)
 	case "export":
 		return cmdExport(args[1:], stdout, stderr)
-	case "controller":
-		return cmdController(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "airlock-server", cli.Version)
 		return cli.ExitOK

@@ -25,8 +25,9 @@ usage:
   airlock doctor [--json]                                   what this host can enforce; exit 1 if a default run cannot be
   airlock version                                           print the version
 
-Run 'airlock COMMAND --help' for the flags of a command. serve, mcp, export k8s
-and controller are in airlock-server, which airlock runs from its own folder.
+Run 'airlock COMMAND --help' for the flags of a command. serve, mcp and export k8s
+are in airlock-server, and controller in airlock-controller; airlock runs them from
+its own folder.
 
 exit codes of 'airlock run': the command's own status; 128+N when it died of
 signal N; 124 when a budget halted it; 125 when airlock refused or failed
@@ -51,8 +52,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdExplain(args[1:], stdout, stderr)
 	case "policy":
 		return cmdPolicy(args[1:], stdout, stderr)
-	case "mcp", "serve", "controller":
+	case "mcp", "serve":
 		return runServer(args[0], args, stderr)
+	case "controller":
+		return runSibling(controllerBinary, "controller", args, stderr)
 	case "export":
 		if len(args) > 1 && args[1] == "k8s" {
 			return runServer("export k8s", args, stderr)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +20,58 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/k8stest"
 )
 
-// TestControllerCommand runs `airlock-server controller` as the README
+// controllerBin is the binary built once by TestMain.
+var controllerBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "airlock-controller-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	controllerBin = filepath.Join(dir, "airlock-controller")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// go test puts $GOROOT/bin first on PATH.
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", controllerBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build -o %s .: %v\n%s", controllerBin, err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// TestUsage: --help prints the usage and succeeds, with or without the
+// command name airlock passes first; a bad flag or an argument is a usage
+// error (exit 2), and version prints the version.
+func TestUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"controller", "--help"}, 0, "usage: airlock controller"},
+		{[]string{"-h"}, 0, "usage: airlock controller"},
+		{[]string{"controller", "--no-such-flag"}, 2, "no-such-flag"},
+		{[]string{"controller", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"controller", "--warm-lifetime", "0s"}, 2, "--warm-lifetime must be positive"},
+		{[]string{"version"}, 0, "airlock-controller "},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, controllerBin, tt.args...)
+		out, _ := cmd.CombinedOutput() // the exit status is checked below
+		cancel()
+		if code := cmd.ProcessState.ExitCode(); code != tt.code || !strings.Contains(string(out), tt.want) {
+			t.Errorf("airlock-controller %q: exit %d, want %d, output naming %q:\n%s", tt.args, code, tt.code, tt.want, out)
+		}
+	}
+}
+
+// TestControllerCommand runs `airlock-controller controller` as the README
 // says, against a real kube-apiserver: the CRDs applied with kubectl from
 // the repository's folder, the examples applied, and a Pod for each
 // Sandbox made by the binary (the reconcile tests are in controller/). It
@@ -44,7 +97,7 @@ func TestControllerCommand(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, serverBin, "controller", "--kubeconfig", cp.Kubeconfig, "--namespace", "watched", "--health-addr", health)
+	cmd := exec.CommandContext(ctx, controllerBin, "controller", "--kubeconfig", cp.Kubeconfig, "--namespace", "watched", "--health-addr", health)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
