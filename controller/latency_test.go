@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +79,48 @@ func testLatency(t *testing.T, e *env) {
 		return fmt.Sprintf("p50 %v, min %v, max %v", ds[len(ds)/2].Round(time.Millisecond), ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 	}
 	t.Logf("Sandbox created -> status names its Pod, %d each, interleaved: warm claim %s; claim with no ready warm pod %s; inline policy %s; baseline (the test creates a Pod and reads it back) %s", n, q(warm), q(cold), q(inline), q(base))
+
+	// A burst: burst Sandboxes created at once (8 clients), until every
+	// one names its Pod: the controller's throughput with its default
+	// DefaultWorkers reconciles at once.
+	const burst = 50
+	began := time.Now()
+	var wg sync.WaitGroup
+	names := make(chan string, burst)
+	for i := range burst {
+		names <- fmt.Sprintf("b%d", i)
+	}
+	close(names)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range names {
+				sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+					Spec: v1alpha1.SandboxSpec{Policy: podPolicy, Image: "img", Command: []string{"true"}}}
+				if err := e.c.Create(ctx, sb); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	created := time.Since(began)
+	waitEvery(t, ctx, "the burst bound", 5*time.Millisecond, func() (bool, error) {
+		var list v1alpha1.SandboxList
+		if err := e.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		bound := 0
+		for _, sb := range list.Items {
+			if strings.HasPrefix(sb.Name, "b") && sb.Status.PodName != "" {
+				bound++
+			}
+		}
+		return bound == burst, nil
+	})
+	all := time.Since(began)
+	t.Logf("burst: %d inline Sandboxes created in %v, all bound %v after the first create (%.0f Sandboxes/s)", burst, created.Round(time.Millisecond), all.Round(time.Millisecond), burst/all.Seconds())
 }
 
 // waitReady waits until tp's status counts ready warm Pods.

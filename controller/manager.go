@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -36,7 +37,16 @@ type Options struct {
 
 	// Now tells the time a warm Pod is claimed. Nil means time.Now.
 	Now func() time.Time
+
+	// Workers is how many Sandboxes are reconciled at once (one
+	// Sandbox is never reconciled twice at once; two claims of one pool
+	// are kept apart by the Pod's resourceVersion). Zero means
+	// DefaultWorkers.
+	Workers int
 }
+
+// DefaultWorkers is Options.Workers' default.
+const DefaultWorkers = 4
 
 func (o Options) airlock() string {
 	if o.Airlock == "" {
@@ -93,7 +103,12 @@ func CacheOptions(namespaces []string) cache.Options {
 // whose scheme must come from Scheme.
 func Setup(mgr ctrl.Manager, o Options) error {
 	sr := &sandboxReconciler{c: mgr.GetClient(), direct: mgr.GetAPIReader(), o: o}
+	workers := o.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
 	err := ctrl.NewControllerManagedBy(mgr).Named("sandbox").
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		For(&v1alpha1.Sandbox{}).
 		Owns(&corev1.Pod{}).
 		// A Sandbox waiting for its template is looked at again when the

@@ -43,7 +43,7 @@ func testOutcomes(t *testing.T, e *env) {
 			pod := mk(tt.name)
 			e.endPod(t, ctx, pod, 0, tt.msg)
 			got := e.sandbox(t, ctx, ns, tt.name, "ended", func(s *v1alpha1.Sandbox) bool { return s.Status.Phase == v1alpha1.PhaseSucceeded })
-			c := meta.FindStatusCondition(got.Status.Conditions, "Reported")
+			c := meta.FindStatusCondition(got.Status.Conditions, controller.CondReported)
 			if got.Status.Report != nil || c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, tt.want) {
 				t.Errorf("status = %+v, want no report and Reported=False naming %q", got.Status, tt.want)
 			}

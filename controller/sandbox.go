@@ -24,6 +24,7 @@ import (
 // Condition type and reasons.
 const (
 	CondReady              = "Ready"
+	CondReported           = "Reported"
 	ReasonBound            = "PodBound"
 	ReasonInvalidPolicy    = "InvalidPolicy"
 	ReasonTemplateNotFound = "TemplateNotFound"
@@ -241,7 +242,7 @@ func observe(sb *v1alpha1.Sandbox, pod *corev1.Pod) {
 		}
 		rep, err := decodeSummary(term.Message)
 		if err != nil {
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: "Reported", Status: metav1.ConditionFalse, Reason: "NoReport", Message: err.Error(), ObservedGeneration: sb.Generation})
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReported, Status: metav1.ConditionFalse, Reason: "NoReport", Message: err.Error(), ObservedGeneration: sb.Generation})
 			return
 		}
 		st.Report = rep
@@ -249,7 +250,7 @@ func observe(sb *v1alpha1.Sandbox, pod *corev1.Pod) {
 	}
 	// The Pod ended with no container status: killed at its deadline, or
 	// evicted, before the command could end.
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: "Reported", Status: metav1.ConditionFalse, Reason: nonEmpty(pod.Status.Reason, "PodFailed"),
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReported, Status: metav1.ConditionFalse, Reason: nonEmpty(pod.Status.Reason, "PodFailed"),
 		Message: nonEmpty(pod.Status.Message, "the Pod ended without its container's status: no report")})
 }
 

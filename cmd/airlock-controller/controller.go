@@ -46,6 +46,7 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	leaderNS := fs.String("leader-election-namespace", "", "the namespace of the Lease (with --leader-elect); empty: the in-cluster namespace")
 	airlockPath := fs.String("airlock", "airlock", "the airlock `PROGRAM` in the Pods' images (a name on their PATH or an absolute path)")
 	warm := fs.Duration("warm-lifetime", controller.DefaultWarmLifetime, "how long a warm Pod waits for a claim before it is replaced")
+	workers := fs.Int("workers", controller.DefaultWorkers, "how many Sandboxes are reconciled at once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.ExitOK
@@ -58,6 +59,10 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	}
 	if *warm <= 0 {
 		fmt.Fprintln(stderr, "airlock controller: --warm-lifetime must be positive, such as 1h")
+		return cli.ExitUsage
+	}
+	if *workers < 1 || *workers > 64 {
+		fmt.Fprintf(stderr, "airlock controller: --workers %d: use 1 to 64\n", *workers)
 		return cli.ExitUsage
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -88,7 +93,7 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}
-	if err := controller.Setup(mgr, controller.Options{Airlock: *airlockPath, WarmLifetime: *warm}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Airlock: *airlockPath, WarmLifetime: *warm, Workers: *workers}); err != nil {
 		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}

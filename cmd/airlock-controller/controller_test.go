@@ -59,6 +59,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"controller", "--no-such-flag"}, 2, "no-such-flag"},
 		{[]string{"controller", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"controller", "--warm-lifetime", "0s"}, 2, "--warm-lifetime must be positive"},
+		{[]string{"controller", "--workers", "0"}, 2, "--workers 0: use 1 to 64"},
 		{[]string{"version"}, 0, "airlock-controller "},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
