@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -177,7 +176,7 @@ func waitEvery(t *testing.T, ctx context.Context, what string, every time.Durati
 	}
 }
 
-// ctx returns a context bounded by waitTimeout for one step of a test.
+// testCtx returns a context bounded by waitTimeout for one step of a test.
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	t.Cleanup(cancel)
@@ -257,5 +256,3 @@ func (e *env) endPod(t *testing.T, ctx context.Context, pod *corev1.Pod, code in
 }
 
 func ptr[T any](v T) *T { return &v }
-
-var _ runtime.Object = (*v1alpha1.Sandbox)(nil)

@@ -46,19 +46,16 @@ func (e *env) waitPool(t *testing.T, ctx context.Context, ns, template string, n
 	return pods
 }
 
-// bindTime creates a Sandbox claiming template and returns it once bound,
-// with the time from its creation to its status naming a Pod, as the
-// controller saw it through the API server.
-func (e *env) claimAndWait(t *testing.T, ctx context.Context, ns, name, template string, argv []string) (*v1alpha1.Sandbox, time.Duration) {
+// claimAndWait creates a Sandbox claiming template and returns it once
+// its status names a Pod.
+func (e *env) claimAndWait(t *testing.T, ctx context.Context, ns, name, template string, argv []string) *v1alpha1.Sandbox {
 	t.Helper()
 	sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.SandboxSpec{TemplateRef: &v1alpha1.TemplateRef{Name: template}, Command: argv}}
-	began := time.Now()
 	if err := e.c.Create(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
-	got := e.sandbox(t, ctx, ns, name, "bound", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
-	return got, time.Since(began)
+	return e.sandbox(t, ctx, ns, name, "bound", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
 }
 
 // testWarmPool: a template with warmPool 2 gets 2 hardened warm Pods that
@@ -103,7 +100,7 @@ func testWarmPool(t *testing.T, e *env) {
 	})
 
 	argv := []string{"python3", "-c", "print('warm')"}
-	sb, warmBind := e.claimAndWait(t, ctx, ns, "claim-1", "py", argv)
+	sb := e.claimAndWait(t, ctx, ns, "claim-1", "py", argv)
 	if !sb.Status.Warm || !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == sb.Status.PodName }) || sb.Status.Phase != v1alpha1.PhaseRunning {
 		t.Fatalf("claim-1 status = %+v, want one of the ready warm pods, Running", sb.Status)
 	}
@@ -136,18 +133,17 @@ func testWarmPool(t *testing.T, e *env) {
 	if len(unready) != 1 {
 		t.Fatalf("after the claim: %d new warm pods, want 1", len(unready))
 	}
-	sb2, _ := e.claimAndWait(t, ctx, ns, "claim-2", "py", argv)
+	sb2 := e.claimAndWait(t, ctx, ns, "claim-2", "py", argv)
 	if !sb2.Status.Warm || sb2.Status.PodName == sb.Status.PodName {
 		t.Errorf("claim-2 status = %+v, want the other ready warm pod", sb2.Status)
 	}
 	e.waitPool(t, ctx, ns, "py", 2)
 	// No ready warm Pod is left: the claim gets a new Pod, not a warm one
 	// that is still starting.
-	sb3, coldBind := e.claimAndWait(t, ctx, ns, "claim-3", "py", argv)
+	sb3 := e.claimAndWait(t, ctx, ns, "claim-3", "py", argv)
 	if sb3.Status.Warm || sb3.Status.Phase != v1alpha1.PhasePending || !strings.HasPrefix(sb3.Status.PodName, "claim-3-sbx-") {
 		t.Errorf("claim-3 status = %+v, want a new pod, Pending", sb3.Status)
 	}
-	t.Logf("bind latency (Sandbox created -> status names its Pod, through the API server): warm %v, cold %v", warmBind, coldBind)
 
 	// The warm run ends; its report reaches the status.
 	e.endPod(t, ctx, &pod, 0, summary(t, 0))
@@ -266,7 +262,7 @@ func testPoolUpkeep(t *testing.T, e *env) {
 		return len(pods) == 2 && !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == expired.Name }), nil
 	})
 
-	claimed, _ := e.claimAndWait(t, ctx, ns, "keep", "t", []string{"true"})
+	claimed := e.claimAndWait(t, ctx, ns, "keep", "t", []string{"true"})
 	if !claimed.Status.Warm {
 		t.Fatalf("claim = %+v, want the ready warm pod", claimed.Status)
 	}
