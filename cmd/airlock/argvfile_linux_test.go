@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,12 +58,34 @@ func TestSummaryFile(t *testing.T) {
 }
 
 // TestArgvFile: with --argv-file, airlock run waits for the command to be
-// written there (as the kubelet fills a warm Pod's downward-API file),
-// runs it, and refuses anything but a JSON array of strings.
+// written there, laid out as the kubelet lays out a warm Pod's
+// downward-API volume, runs it, and refuses anything but a JSON array of
+// strings.
 func TestArgvFile(t *testing.T) {
 	dir := t.TempDir()
+	// The kubelet's atomic writer: argv -> ..data/argv, ..data -> a
+	// timestamped folder, and an update makes a new folder and renames a
+	// new ..data symlink over the old one. Before the annotation exists,
+	// the file is there and empty.
+	payload := func(n int, content string) {
+		t.Helper()
+		d := filepath.Join(dir, fmt.Sprintf("..2026_%d", n))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "argv"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Base(d), filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	payload(1, "")
 	argv := filepath.Join(dir, "argv")
-	if err := os.WriteFile(argv, nil, 0o644); err != nil { // the downward-API file exists, empty, before the annotation
+	if err := os.Symlink("..data/argv", argv); err != nil {
 		t.Fatal(err)
 	}
 	sum := filepath.Join(dir, "sum")
@@ -79,13 +102,7 @@ func TestArgvFile(t *testing.T) {
 		t.Fatalf("airlock run --argv-file ended before a command was assigned: %v\n%s", err, out.String())
 	case <-time.After(300 * time.Millisecond): // still waiting, as it must
 	}
-	tmp := argv + ".new"
-	if err := os.WriteFile(tmp, []byte(`["/bin/sh","-c","echo assigned; exit 7"]`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, argv); err != nil {
-		t.Fatal(err)
-	}
+	payload(2, `["/bin/sh","-c","echo assigned; exit 7"]`)
 	select {
 	case <-done:
 	case <-time.After(60 * time.Second):
@@ -99,10 +116,8 @@ func TestArgvFile(t *testing.T) {
 		t.Errorf("summary exit %d, want 7", s.ExitCode)
 	}
 
-	for _, bad := range []string{`"/bin/true"`, `[]`, `[""]`, `["a"] ["b"]`, `[1]`} {
-		if err := os.WriteFile(argv, []byte(bad), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	for i, bad := range []string{`"/bin/true"`, `[]`, `[""]`, `["a"] ["b"]`, `[1]`} {
+		payload(3+i, bad)
 		if r := airlock(t, dir, "run", "--isolation", "landlock", "--argv-file", argv); r.code != 125 || !strings.Contains(r.stderr, "--argv-file") {
 			t.Errorf("argv file %s: exit %d, want 125 naming --argv-file\n%s", bad, r.code, r.stderr)
 		}
