@@ -155,6 +155,12 @@ func (r *sandboxReconciler) bind(ctx context.Context, sb *v1alpha1.Sandbox, w *w
 	return pod, nil
 }
 
+// maxArgvAnnotation bounds the command a claim puts in a warm Pod's
+// annotation: the API server refuses a Pod whose annotations exceed
+// 256 KiB in all, while the CRD admits commands up to 1 MiB (256
+// arguments of 4 KiB). A longer command gets a new Pod.
+const maxArgvAnnotation = 128 << 10
+
 // claim binds the oldest ready warm Pod of w's template to sb: one
 // update of the Pod (the command as its annotation, sb as its controller
 // instead of the template, a deadline cut to the run's), which the API
@@ -170,6 +176,9 @@ func (r *sandboxReconciler) claim(ctx context.Context, sb *v1alpha1.Sandbox, w *
 	argv, err := json.Marshal(sb.Spec.Command)
 	if err != nil {
 		return nil, err
+	}
+	if len(argv) > maxArgvAnnotation {
+		return nil, nil // a new Pod carries it in its spec
 	}
 	now := r.o.now()
 	for i := range pods.Items {

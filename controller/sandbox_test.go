@@ -41,6 +41,7 @@ func TestController(t *testing.T) {
 	t.Run("ConcurrentClaims", func(t *testing.T) { testConcurrentClaims(t, e) })
 	t.Run("PoolUpkeep", func(t *testing.T) { testPoolUpkeep(t, e) })
 	t.Run("PoolFailure", func(t *testing.T) { testPoolFailure(t, e) })
+	t.Run("BigCommand", func(t *testing.T) { testBigCommand(t, e) })
 	t.Run("Latency", func(t *testing.T) { testLatency(t, e) })
 }
 

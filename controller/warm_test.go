@@ -339,3 +339,36 @@ func testPoolFailure(t *testing.T, e *env) {
 		return err == nil && c != nil && c.Reason == controller.ReasonPoolFilled, err
 	})
 }
+
+// testBigCommand: a command too large for a warm Pod's annotation gets a
+// new Pod, which carries it in its spec, although a warm Pod is ready.
+func testBigCommand(t *testing.T, e *env) {
+	ctx := testCtx(t)
+	ns := e.namespace(t, "big")
+	tp := &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
+		Spec: v1alpha1.SandboxTemplateSpec{Policy: podPolicy, Image: "img", WarmPool: 1}}
+	if err := e.c.Create(ctx, tp); err != nil {
+		t.Fatal(err)
+	}
+	pods := e.waitPool(t, ctx, ns, "t", 1)
+	e.runPod(t, ctx, &pods[0])
+	e.waitReady(t, ctx, tp, 1)
+	argv := []string{"python3", "-c"}
+	for range 40 {
+		argv = append(argv, strings.Repeat("x", 4000))
+	}
+	sb := e.claimAndWait(t, ctx, ns, "big", "t", argv)
+	if sb.Status.Warm || sb.Status.PodName == pods[0].Name {
+		t.Fatalf("a 160 KB command was bound to the warm pod: %+v", sb.Status)
+	}
+	var pod corev1.Pod
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: sb.Status.PodName}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if cmd := pod.Spec.Containers[0].Command; !slices.Equal(cmd[len(cmd)-len(argv):], argv) {
+		t.Error("the new pod does not carry the command")
+	}
+	if got := e.warmPods(t, ctx, ns, "t"); len(got) != 1 || got[0].Name != pods[0].Name {
+		t.Errorf("the warm pod was touched: %d warm pods", len(got))
+	}
+}
