@@ -223,19 +223,28 @@ var depRules = []depRule{
 	{name: "sibling-std-only", pkgs: []string{"./internal/sibling"},
 		only: []string{"std"},
 		why:  "the check that decides which program next to airlock is trusted to run stays small enough to review at a glance"},
-	{name: "k8s-types-in-export-k8s", pkgs: []string{"./..."}, except: []string{"./export/k8s/...", "./internal/k8stest"},
+	{name: "k8s-types-in-export-k8s", pkgs: []string{"./..."}, except: []string{"./export/k8s/...", "./internal/k8stest", "./controller/...", "./cmd/airlock-controller"},
 		deny: []string{"k8s.io/..."},
-		why:  "only export/k8s imports the Kubernetes types (and internal/k8stest, the test kit that starts a control plane for its tests)"},
-	{name: "client-go-in-k8stest", pkgs: []string{"./..."}, except: []string{"./internal/k8stest"}, deps: true,
+		why:  "only export/k8s and the controller (controller/..., and cmd/airlock-controller, which starts it) import the Kubernetes packages (and internal/k8stest, the test kit that starts a control plane for its tests)"},
+	{name: "client-go-in-controller", pkgs: []string{"./..."}, except: []string{"./internal/k8stest", "./controller", "./cmd/airlock-controller"}, deps: true,
 		deny: []string{"k8s.io/client-go/..."},
-		why:  "airlock writes manifests and talks to no cluster: client-go is linked only by internal/k8stest, the test kit that starts a real API server"},
+		why:  "only the controller talks to a cluster: client-go is linked by package controller, by cmd/airlock-controller that runs it, and by internal/k8stest, the test kit that starts a real API server; the exports and the API types (controller/api/...) write and describe objects, and reach no cluster"},
+	{name: "controller-runtime-in-controller", pkgs: []string{"./..."}, except: []string{"./controller", "./cmd/airlock-controller"}, deps: true,
+		deny: []string{"sigs.k8s.io/controller-runtime/..."},
+		why:  "controller-runtime (a manager, caches, leader election, a metrics server) is the controller's: only package controller and cmd/airlock-controller, which `airlock controller` runs, link it"},
+	{name: "airlock-server-no-controller", pkgs: []string{"./cmd/airlock-server"}, deps: true,
+		deny: []string{"./controller/...", "k8s.io/client-go/...", "sigs.k8s.io/controller-runtime/...", "k8s.io/apiextensions-apiserver/..."},
+		why:  "client-go and controller-runtime take milliseconds to initialize, and Go initializes every linked package before main: in airlock-server they made every serve, mcp and export k8s start slower (airlock-server version, medians: 4.9 ms without them, 13.3 ms with), so the controller is a program of its own, cmd/airlock-controller"},
+	{name: "controller-api-types-pure", pkgs: []string{"./controller/api/..."},
+		only: []string{"std", "k8s.io/apimachinery/...", "./api"},
+		why:  "the CRD types are data: a program that reads Sandboxes must not link the controller, client-go or the policy parser; they import only apimachinery and airlock's wire types (the report summary)"},
 	{name: "mcp-sdk-in-mcp", pkgs: []string{"./..."}, except: []string{"./mcp/..."},
 		deny: []string{"github.com/modelcontextprotocol/..."},
 		why:  "only mcp imports the MCP SDK"},
 	{name: "airlock-links-no-servers", pkgs: []string{"./cmd/airlock"}, deps: true,
-		deny: []string{"./server/...", "./mcp/...", "./export/k8s/...", "k8s.io/...", "sigs.k8s.io/...", "github.com/modelcontextprotocol/...",
+		deny: []string{"./server/...", "./mcp/...", "./export/k8s/...", "./controller/...", "k8s.io/...", "sigs.k8s.io/...", "github.com/modelcontextprotocol/...",
 			"github.com/google/jsonschema-go/...", "github.com/prometheus/..."},
-		why: "Go initializes every package linked into a program before main, so every airlock run paid for the HTTP API, MCP and Kubernetes code (airlock version took 5.8 ms with it, 3.2 ms without): they live in cmd/airlock-server, which airlock executes for serve, mcp and export k8s"},
+		why: "Go initializes every package linked into a program before main, so every airlock run paid for the HTTP API, MCP and Kubernetes code (airlock version took 5.8 ms with it, 3.2 ms without): they live in cmd/airlock-server, which airlock executes for serve, mcp and export k8s, and in cmd/airlock-controller (client-go and controller-runtime), which it executes for controller"},
 	{name: "no-test-code-in-production", pkgs: []string{"./..."}, except: []string{"./internal/airtest/...", "./.../*test"}, deps: true,
 		deny: []string{"testing", "./internal/airtest/...", "./.../*test"},
 		why:  "production packages never link the testing package, the test kit or a fake package (xxxtest)"},
@@ -360,12 +369,25 @@ func TestDependencyRulesCatch(t *testing.T) {
 		{"sibling-std-only", pkg("internal/sibling", []string{"golang.org/x/sys/unix"}, nil)},
 		{"k8s-types-in-export-k8s", pkg("sandbox", []string{"k8s.io/api/core/v1"}, nil)},
 		{"k8s-types-in-export-k8s", pkg("export/oci", []string{"k8s.io/apimachinery/pkg/api/resource"}, nil)},
-		{"client-go-in-k8stest", pkg("export/k8s", nil, []string{"k8s.io/client-go/rest"})},
-		{"client-go-in-k8stest", pkg("cmd/airlock-server", nil, []string{"k8s.io/client-go/kubernetes"})},
+		{"k8s-types-in-export-k8s", pkg("server", []string{"k8s.io/client-go/rest"}, nil)},
+		{"client-go-in-controller", pkg("export/k8s", nil, []string{"k8s.io/client-go/rest"})},
+		{"client-go-in-controller", pkg("controller/api/v1alpha1", nil, []string{"k8s.io/client-go/kubernetes/scheme"})},
+		{"client-go-in-controller", pkg("cmd/airlock", nil, []string{"k8s.io/client-go/kubernetes"})},
+		{"controller-runtime-in-controller", pkg("export/k8s", nil, []string{"sigs.k8s.io/controller-runtime/pkg/client"})},
+		{"airlock-server-no-controller", pkg("cmd/airlock-server", nil, []string{m("controller")})},
+		{"airlock-server-no-controller", pkg("cmd/airlock-server", nil, []string{"k8s.io/client-go/kubernetes/scheme"})},
+		{"airlock-server-no-controller", pkg("cmd/airlock-server", nil, []string{"sigs.k8s.io/controller-runtime/pkg/manager"})},
+		{"controller-runtime-in-controller", pkg("internal/k8stest", nil, []string{"sigs.k8s.io/controller-runtime/pkg/envtest"})},
+		{"controller-runtime-in-controller", pkg("controller/api/v1alpha1", nil, []string{"sigs.k8s.io/controller-runtime/pkg/scheme"})},
+		{"controller-api-types-pure", pkg("controller/api/v1alpha1", []string{"sigs.k8s.io/controller-runtime/pkg/scheme"}, nil)},
+		{"controller-api-types-pure", pkg("controller/api/v1alpha1", []string{m("policy")}, nil)},
+		{"controller-api-types-pure", pkg("controller/api/v1alpha1", []string{"k8s.io/api/core/v1"}, nil)},
 		{"mcp-sdk-in-mcp", pkg("server", []string{"github.com/modelcontextprotocol/go-sdk/mcp"}, nil)},
 		{"airlock-links-no-servers", pkg("cmd/airlock", []string{m("server")}, []string{m("server")})},
 		{"airlock-links-no-servers", pkg("cmd/airlock", []string{m("internal/cli")}, []string{m("internal/cli"), m("mcp")})},
 		{"airlock-links-no-servers", pkg("cmd/airlock", nil, []string{m("export/k8s")})},
+		{"airlock-links-no-servers", pkg("cmd/airlock", nil, []string{m("controller")})},
+		{"airlock-links-no-servers", pkg("cmd/airlock", nil, []string{m("controller/api/v1alpha1")})},
 		{"airlock-links-no-servers", pkg("cmd/airlock", nil, []string{"k8s.io/apimachinery/pkg/runtime"})},
 		{"airlock-links-no-servers", pkg("cmd/airlock", nil, []string{"sigs.k8s.io/controller-runtime/pkg/manager"})},
 		{"airlock-links-no-servers", pkg("cmd/airlock", nil, []string{"github.com/modelcontextprotocol/go-sdk/jsonrpc"})},
@@ -414,6 +436,13 @@ func TestDependencyRulesCatch(t *testing.T) {
 		pkg("cmd/airlock", []string{m("internal/cli"), m("export/oci")}, []string{m("internal/cli"), m("export/oci"), m("sandbox"), "net/http"}),
 		pkg("cmd/airlock-server", []string{m("server"), m("mcp"), m("export/k8s")},
 			[]string{m("server"), m("mcp"), m("export/k8s"), "k8s.io/api/core/v1", "github.com/prometheus/client_golang/prometheus"}),
+		pkg("cmd/airlock-controller", []string{m("controller"), "k8s.io/client-go/tools/clientcmd", "sigs.k8s.io/controller-runtime"},
+			[]string{m("controller"), m("export/k8s"), "k8s.io/client-go/rest", "sigs.k8s.io/controller-runtime/pkg/manager", "github.com/prometheus/client_golang/prometheus"}),
+		// The controller links controller-runtime and client-go; its API
+		// types only apimachinery and the wire types.
+		pkg("controller", []string{"sigs.k8s.io/controller-runtime", m("export/k8s"), m("controller/api/v1alpha1")},
+			[]string{"sigs.k8s.io/controller-runtime/pkg/client", "k8s.io/client-go/rest", m("export/k8s"), m("policy")}),
+		pkg("controller/api/v1alpha1", []string{"k8s.io/apimachinery/pkg/runtime", m("api"), "embed"}, []string{"k8s.io/apimachinery/pkg/runtime", m("api")}),
 	}
 	for _, r := range depRules {
 		if got := r.check(graph{pkgs: ok, std: std}); len(got) > 0 {
@@ -446,9 +475,9 @@ func TestUnsafeFileNames(t *testing.T) {
 	}
 }
 
-// TestStaticBinary checks that airlock, airlock-init and airlock-server
-// build without cgo into binaries that need no dynamic loader and no
-// shared library.
+// TestStaticBinary checks that airlock, airlock-init, airlock-server and
+// airlock-controller build without cgo into binaries that need no dynamic
+// loader and no shared library.
 func TestStaticBinary(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skipf("the ELF check runs on linux; GOOS is %s", runtime.GOOS)
@@ -462,7 +491,7 @@ func TestStaticBinary(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("CGO_ENABLED=0 go build -o DIR ./cmd/...: %v\n%s", err, out)
 	}
-	for _, name := range []string{"airlock", "airlock-init", "airlock-server"} {
+	for _, name := range []string{"airlock", "airlock-init", "airlock-server", "airlock-controller"} {
 		t.Run(name, func(t *testing.T) {
 			f, err := elf.Open(filepath.Join(dir, name))
 			if err != nil {

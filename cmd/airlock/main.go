@@ -20,12 +20,14 @@ usage:
   airlock serve [--listen ADDR] [--token-file F]           HTTP API with long-lived sessions
   airlock mcp [--policy FILE] [flags] [--listen ADDR]       MCP server (stdio, or streamable HTTP with --listen)
   airlock export oci|k8s [--policy FILE] [flags] -- CMD...  the same policy as an OCI bundle or Kubernetes manifests
+  airlock controller [--kubeconfig FILE] [flags]            the Kubernetes controller: Sandbox resources run in Pods
   airlock egress-proxy --config FILE                        the egress proxy on its own (for the Kubernetes export)
   airlock doctor [--json]                                   what this host can enforce; exit 1 if a default run cannot be
   airlock version                                           print the version
 
 Run 'airlock COMMAND --help' for the flags of a command. serve, mcp and export k8s
-are in airlock-server, which airlock runs from its own folder.
+are in airlock-server, and controller in airlock-controller; airlock runs them from
+its own folder.
 
 exit codes of 'airlock run': the command's own status; 128+N when it died of
 signal N; 124 when a budget halted it; 125 when airlock refused or failed
@@ -52,6 +54,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return cmdPolicy(args[1:], stdout, stderr)
 	case "mcp", "serve":
 		return runServer(args[0], args, stderr)
+	case "controller":
+		return runSibling(controllerBinary, "controller", args, stderr)
 	case "export":
 		if len(args) > 1 && args[1] == "k8s" {
 			return runServer("export k8s", args, stderr)

@@ -53,8 +53,8 @@ func buildAndRun(m *testing.M) int {
 	}
 	// Installed as documented: the small init and airlock-server next to
 	// the CLI.
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", dir, "../airlock-init", "../airlock-server").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build -o %s ../airlock-init ../airlock-server: %v\n%s", dir, err, out)
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", dir, "../airlock-init", "../airlock-server", "../airlock-controller").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build -o %s ../airlock-init ../airlock-server ../airlock-controller: %v\n%s", dir, err, out)
 		return 1
 	}
 	return m.Run()

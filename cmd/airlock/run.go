@@ -35,6 +35,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	pty := fs.Bool("pty", false, "give the command a pseudo-terminal (interactive programs); output arrives merged on stdout")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials from Landlock audit records (root, Linux 6.15+); turns the host's kernel audit on while the run lasts and adds ~40 ms")
 	auditFile := fs.String("audit", "", "write every audit event (allow, deny, halt, exit) as JSON lines to `FILE` (created or truncated, mode 0600)")
+	summaryFile := fs.String("summary-file", "", "also write the report, cut to 4096 bytes (what was cut is named in its truncated list), as JSON to `FILE`: a Pod's /dev/termination-log")
+	argvFile := fs.String("argv-file", "", "wait until `FILE` holds the command as a JSON array of strings, then run it (a warm Pod of the airlock controller: FILE is a downward-API file the controller fills when it assigns the Pod); no command after --")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
@@ -42,12 +44,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return cli.ExitRunFailed
 	}
 	argv := fs.Args()
-	if len(argv) == 0 {
+	if *argvFile != "" && len(argv) > 0 {
+		fmt.Fprintln(stderr, "airlock run: --argv-file and a command after -- exclude each other: the command comes from the file")
+		return cli.ExitRunFailed
+	}
+	if len(argv) == 0 && *argvFile == "" {
 		fmt.Fprintln(stderr, "airlock run: no command given: put it after --, e.g. airlock run -- python3 -c 'print(1)'")
 		return cli.ExitRunFailed
 	}
 	p, err := pf.Build()
 	if err != nil {
+		refusalSummary(*summaryFile, err)
 		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", cli.ErrText(err))
 		return cli.ExitRunFailed
 	}
@@ -67,6 +74,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	in := newInterrupt()
 	defer in.stop()
+	if *argvFile != "" {
+		// The policy is read and valid before the wait: a warm Pod with a
+		// bad policy fails at once, not when it is assigned.
+		if argv, err = waitArgv(in.ctx, *argvFile); err != nil {
+			refusalSummary(*summaryFile, err)
+			fmt.Fprintf(stderr, "airlock run: --argv-file: %s\nnothing was started\n", cli.ErrText(err))
+			return cli.ExitRunFailed
+		}
+	}
 	restoreTerminal := saveTerminal(int(os.Stdin.Fd()))
 	defer restoreTerminal()
 	// FSAudit is opt-in: it changes a host-wide setting (kernel audit) and costs time per run.
@@ -77,11 +93,17 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	rep, err := cmd.Run(in.ctx)
 	restoreTerminal()
 	if err != nil {
+		refusalSummary(*summaryFile, err)
 		fmt.Fprintf(stderr, "airlock run: %s\n", cli.ErrText(err))
 		return cli.ExitRunFailed
 	}
 	if code := in.exitCode(); code != 0 && rep.HaltedBy != nil && *rep.HaltedBy == string(budget.Interrupted) {
 		rep.ExitCode = code // what a shell reports for a command killed by that signal
+	}
+	if *summaryFile != "" {
+		if err := writeSummary(*summaryFile, rep); err != nil {
+			fmt.Fprintf(stderr, "airlock run: --summary-file: %s\n", cli.ErrText(err))
+		}
 	}
 	if *asJSON {
 		if err := cli.WriteJSON(stdout, rep); err != nil {

@@ -21,6 +21,11 @@ import (
 // run -- /bin/true`).
 const serverBinary = "airlock-server"
 
+// controllerBinary is the program (cmd/airlock-controller) that holds
+// `airlock controller`: client-go and controller-runtime, which would
+// slow the start of every airlock-server command if they were there.
+const controllerBinary = "airlock-controller"
+
 // runServer runs `airlock COMMAND` (command as the user typed it: "serve",
 // "mcp", "export k8s") by executing airlock-server with the same
 // arguments in place of this process: the same pid, stdio, signals and
@@ -29,22 +34,27 @@ const serverBinary = "airlock-server"
 // once and executed through its fd. runServer returns only when it cannot
 // be run: it then says why and how to build it, and nothing is started.
 func runServer(command string, args []string, stderr io.Writer) int {
+	return runSibling(serverBinary, command, args, stderr)
+}
+
+// runSibling is runServer for the program binary of airlock's folder.
+func runSibling(binary, command string, args []string, stderr io.Writer) int {
 	self, err := os.Executable()
 	if err == nil {
 		var f *os.File
-		if f, err = sibling.Open(self, serverBinary); err == nil {
+		if f, err = sibling.Open(self, binary); err == nil {
 			err = execFile(f, args) // returns only on failure
 			f.Close()
 		}
 	}
-	fmt.Fprintln(stderr, serverRefusal(command, self, err))
+	fmt.Fprintln(stderr, siblingRefusal(binary, command, self, err))
 	return cli.ExitFailed
 }
 
-// serverRefusal is the one line that says why `airlock COMMAND` could not
-// run airlock-server (err), where airlock looked for it (next to self)
+// siblingRefusal is the one line that says why `airlock COMMAND` could
+// not run binary (err), where airlock looked for it (next to self)
 // and how to build it there.
-func serverRefusal(command, self string, err error) string {
+func siblingRefusal(binary, command, self string, err error) string {
 	dir := filepath.Dir(self)
 	var why string
 	var se *sibling.Error
@@ -59,6 +69,6 @@ func serverRefusal(command, self string, err error) string {
 	default:
 		why = "which airlock cannot run: " + cli.ErrText(err)
 	}
-	return fmt.Sprintf("airlock %s: this command is in airlock-server, %s; build it there with: go build -o %s ./cmd/airlock-server (or every command: go build -o %[3]s ./cmd/...)",
-		command, why, termtext.Field(dir))
+	return fmt.Sprintf("airlock %s: this command is in %s, %s; build it there with: go build -o %s ./cmd/%[2]s (or every command: go build -o %[4]s ./cmd/...)",
+		command, binary, why, termtext.Field(dir))
 }

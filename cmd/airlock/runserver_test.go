@@ -145,7 +145,11 @@ func TestRunServerHelp(t *testing.T) {
 	server := filepath.Join(filepath.Dir(airlockBin), "airlock-server")
 	alone := filepath.Join(t.TempDir(), "airlock")
 	copyFile(t, airlockBin, alone, 0o755)
-	for _, args := range [][]string{{"serve", "--help"}, {"mcp", "-h"}, {"export", "k8s", "--help"}, {"serve", "--no-such-flag"}} {
+	for _, args := range [][]string{{"serve", "--help"}, {"mcp", "-h"}, {"export", "k8s", "--help"}, {"controller", "--help"}, {"serve", "--no-such-flag"}} {
+		server := server
+		if args[0] == "controller" {
+			server = filepath.Join(filepath.Dir(airlockBin), "airlock-controller")
+		}
 		want := runBin(t, server, args...)
 		if got := runBin(t, airlockBin, args...); got != want {
 			t.Errorf("airlock %q = %+v\nwant airlock-server's %+v", args, got, want)
@@ -204,6 +208,8 @@ func TestRunServerRefuses(t *testing.T) {
 		{"group-writable", []string{"mcp"}, fake(0o775), false, "is writable by group or others (mode 0775)"},
 		{"other-writable", []string{"export", "k8s", "--help"}, fake(0o757), false, "is writable by group or others (mode 0757)"},
 		{"not-executable", []string{"serve"}, fake(0o644), false, "is not executable (mode 0644)"},
+		{"controller-missing", []string{"controller", "--help"}, func(*testing.T, string) {}, false, "does not exist"},
+		{"controller-group-writable", []string{"controller"}, fake(0o775), false, "is writable by group or others (mode 0775)"},
 		{"symlink", []string{"serve"}, func(t *testing.T, p string) {
 			copyFile(t, self, p+".real", 0o755)
 			if err := os.Symlink(p+".real", p); err != nil {
@@ -228,7 +234,11 @@ func TestRunServerRefuses(t *testing.T) {
 				airtest.RequireRoot(t)
 			}
 			dir := t.TempDir()
-			bin, server := filepath.Join(dir, "airlock"), filepath.Join(dir, "airlock-server")
+			prog := "airlock-server"
+			if tt.args[0] == "controller" {
+				prog = "airlock-controller"
+			}
+			bin, server := filepath.Join(dir, "airlock"), filepath.Join(dir, prog)
 			copyFile(t, airlockBin, bin, 0o755)
 			tt.setup(t, server)
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -249,9 +259,9 @@ func TestRunServerRefuses(t *testing.T) {
 				t.Errorf("the refusal is not one line: %q", msg)
 			}
 			for _, want := range []string{
-				"airlock " + command + ": this command is in airlock-server",
+				"airlock " + command + ": this command is in " + prog,
 				server + " " + tt.why,
-				"go build -o " + dir + " ./cmd/airlock-server",
+				"go build -o " + dir + " ./cmd/" + prog,
 				"go build -o " + dir + " ./cmd/...",
 			} {
 				if !strings.Contains(msg, want) {

@@ -29,7 +29,6 @@ func pod(o Options, pl *plan.Plan, seccompPath string, gv []corev1.Volume, gm []
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(lim.Scratch, resource.BinarySI),
 	}
 	scratch := resource.NewQuantity(lim.Scratch, resource.BinarySI)
-	uid, no, yes := int64(SandboxUID), false, true
 
 	vols := []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: scratch}}}}
 	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
@@ -46,39 +45,28 @@ func pod(o Options, pl *plan.Plan, seccompPath string, gv []corev1.Volume, gm []
 	if len(pl.Capabilities) != 0 || !pl.NoNewPrivileges {
 		return nil, fmt.Errorf("k8s: export: the plan keeps capabilities %v or lacks no_new_privileges: compile it with plan.Compile", pl.Capabilities)
 	}
-	escalate := !pl.NoNewPrivileges // allowPrivilegeEscalation is no_new_privs, inverted
+	// Harden writes no_new_privs as allowPrivilegeEscalation: false,
+	// which the check above makes the plan's own.
+	spec := corev1.PodSpec{
+		ActiveDeadlineSeconds: &deadline,
+		RuntimeClassName:      runtimeClass(o),
+		ServiceAccountName:    o.ServiceAccount,
+		Containers: []corev1.Container{{
+			Name:         "sandbox",
+			Image:        o.Image,
+			Command:      pl.Argv,
+			WorkingDir:   pl.Cwd,
+			Env:          env,
+			Resources:    corev1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()},
+			VolumeMounts: mounts,
+		}},
+		Volumes: vols,
+	}
+	Harden(&spec, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &seccompPath})
 	return &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: meta(o, o.Name, labels(o, "sandbox")),
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			ActiveDeadlineSeconds:         &deadline,
-			RuntimeClassName:              runtimeClass(o),
-			ServiceAccountName:            o.ServiceAccount,
-			AutomountServiceAccountToken:  &no,
-			EnableServiceLinks:            &no,
-			TerminationGracePeriodSeconds: ptr(int64(1)),
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid, FSGroup: &uid,
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &seccompPath},
-			},
-			Containers: []corev1.Container{{
-				Name:         "sandbox",
-				Image:        o.Image,
-				Command:      pl.Argv,
-				WorkingDir:   pl.Cwd,
-				Env:          env,
-				Resources:    corev1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()},
-				VolumeMounts: mounts,
-				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
-					Privileged: &no, AllowPrivilegeEscalation: &escalate, ReadOnlyRootFilesystem: &yes,
-					Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &seccompPath},
-				},
-			}},
-			Volumes: vols,
-		},
+		Spec:       spec,
 	}, nil
 }
 

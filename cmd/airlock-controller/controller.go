@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/airlock-sandbox/airlock/controller"
+	"github.com/airlock-sandbox/airlock/internal/cli"
+)
+
+const controllerSynopsis = `airlock controller [--kubeconfig FILE] [--namespace NS]... [flags]
+
+Runs the airlock controller: each Sandbox (airlock.dev/v1alpha1) becomes a
+Pod whose container runs 'airlock run --isolation landlock' under the
+Sandbox's policy, and the run's exit code and report (cut to 4096 bytes)
+come back into the Sandbox's status; each SandboxTemplate keeps its warm
+pool of Pods that wait for a claim. Install the CRDs first:
+
+  kubectl apply -f controller/api/v1alpha1/crd/
+
+The images the Sandboxes name must hold airlock (--airlock) and what the
+commands need. SIGTERM or SIGINT stops the controller.`
+
+// cmdController runs `airlock controller`.
+func cmdController(args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet("controller", controllerSynopsis, stderr)
+	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig `FILE` to use; empty: $KUBECONFIG, then the in-cluster ServiceAccount, then ~/.kube/config")
+	var namespaces multiFlag
+	fs.Var(&namespaces, "namespace", "watch only this `NS` (repeatable); none: every namespace")
+	metricsAddr := fs.String("metrics-addr", "0", "serve Prometheus metrics at `ADDR` (host:port); 0: off")
+	healthAddr := fs.String("health-addr", "0", "serve /healthz and /readyz at `ADDR` (host:port); 0: off")
+	leaderElect := fs.Bool("leader-elect", false, "take a Lease before reconciling, so that only one of several replicas acts")
+	leaderNS := fs.String("leader-election-namespace", "", "the namespace of the Lease (with --leader-elect); empty: the in-cluster namespace")
+	airlockPath := fs.String("airlock", "airlock", "the airlock `PROGRAM` in the Pods' images (a name on their PATH or an absolute path)")
+	warm := fs.Duration("warm-lifetime", controller.DefaultWarmLifetime, "how long a warm Pod waits for a claim before it is replaced")
+	workers := fs.Int("workers", controller.DefaultWorkers, "how many Sandboxes are reconciled at once")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cli.ExitOK
+		}
+		return cli.ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "airlock controller: unexpected argument %q: it takes flags only\n", fs.Arg(0))
+		return cli.ExitUsage
+	}
+	if *warm <= 0 {
+		fmt.Fprintln(stderr, "airlock controller: --warm-lifetime must be positive, such as 1h")
+		return cli.ExitUsage
+	}
+	if *workers < 1 || *workers > 64 {
+		fmt.Fprintf(stderr, "airlock controller: --workers %d: use 1 to 64\n", *workers)
+		return cli.ExitUsage
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock controller: kubeconfig: %s; name one with --kubeconfig or run it in a Pod with a ServiceAccount\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	scheme, err := controller.Scheme()
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock controller: airlock bug: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	log := cli.NewLogger(stderr)
+	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+	opts := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:  *healthAddr,
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "airlock-controller.airlock.dev",
+		LeaderElectionNamespace: *leaderNS,
+		Cache:                   controller.CacheOptions(namespaces),
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	if err := controller.Setup(mgr, controller.Options{Airlock: *airlockPath, WarmLifetime: *warm, Workers: *workers}); err != nil {
+		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	if *healthAddr != "0" {
+		if err := mgr.AddHealthzCheck("ping", func(*http.Request) error { return nil }); err != nil {
+			fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
+			return cli.ExitFailed
+		}
+		if err := mgr.AddReadyzCheck("cache", func(r *http.Request) error {
+			if !mgr.GetCache().WaitForCacheSync(r.Context()) {
+				return errors.New("the cache has not synced")
+			}
+			return nil
+		}); err != nil {
+			fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
+			return cli.ExitFailed
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info("airlock controller: starting", "namespaces", strings.Join(namespaces, ","), "server", cfg.Host)
+	if err := mgr.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	return cli.ExitOK
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string { return strings.Join(*m, ",") }
+
+func (m *multiFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("empty")
+	}
+	*m = append(*m, v)
+	return nil
+}

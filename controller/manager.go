@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/airlock-sandbox/airlock/controller/api/v1alpha1"
+)
+
+// DefaultWarmLifetime is how long a warm Pod waits for a claim before it
+// is replaced (Options.WarmLifetime).
+const DefaultWarmLifetime = time.Hour
+
+// Options configures the controllers. The zero value is usable.
+type Options struct {
+	// Airlock is the airlock program in the Pods' images, as the
+	// container's command names it. Empty means "airlock", looked up on
+	// the image's PATH.
+	Airlock string
+
+	// WarmLifetime bounds how long a warm Pod waits for a claim (its
+	// activeDeadlineSeconds; the pool then replaces it). Zero means
+	// DefaultWarmLifetime.
+	WarmLifetime time.Duration
+
+	// Now tells the time a warm Pod is claimed. Nil means time.Now.
+	Now func() time.Time
+
+	// Workers is how many Sandboxes are reconciled at once (one
+	// Sandbox is never reconciled twice at once; two claims of one pool
+	// are kept apart by the Pod's resourceVersion). Zero means
+	// DefaultWorkers.
+	Workers int
+}
+
+// DefaultWorkers is Options.Workers' default.
+const DefaultWorkers = 4
+
+func (o Options) airlock() string {
+	if o.Airlock == "" {
+		return "airlock"
+	}
+	return o.Airlock
+}
+
+func (o Options) warmLifetime() time.Duration {
+	if o.WarmLifetime <= 0 {
+		return DefaultWarmLifetime
+	}
+	return o.WarmLifetime
+}
+
+func (o Options) now() time.Time {
+	if o.Now == nil {
+		return time.Now()
+	}
+	return o.Now()
+}
+
+// Scheme returns a scheme with the Kubernetes built-in kinds and
+// airlock.dev/v1alpha1.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CacheOptions returns the manager's cache options for the controller:
+// of Pods it caches only those it made (LabelManagedBy), so a controller
+// in a busy cluster does not hold every Pod in memory. namespaces, when
+// not empty, are the only ones watched.
+func CacheOptions(namespaces []string) cache.Options {
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})},
+	}}
+	if len(namespaces) > 0 {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			o.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
+}
+
+// Setup registers the Sandbox and SandboxTemplate controllers with mgr,
+// whose scheme must come from Scheme.
+func Setup(mgr ctrl.Manager, o Options) error {
+	sr := &sandboxReconciler{c: mgr.GetClient(), direct: mgr.GetAPIReader(), o: o}
+	workers := o.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	err := ctrl.NewControllerManagedBy(mgr).Named("sandbox").
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		For(&v1alpha1.Sandbox{}).
+		Owns(&corev1.Pod{}).
+		// A Sandbox waiting for its template is looked at again when the
+		// template appears or changes.
+		Watches(&v1alpha1.SandboxTemplate{}, handler.EnqueueRequestsFromMapFunc(sr.waitingOn)).
+		Complete(sr)
+	if err != nil {
+		return fmt.Errorf("controller: sandbox: %w", err)
+	}
+	tr := &templateReconciler{c: mgr.GetClient(), direct: mgr.GetAPIReader(), o: o}
+	err = ctrl.NewControllerManagedBy(mgr).Named("sandboxtemplate").
+		For(&v1alpha1.SandboxTemplate{}).
+		Owns(&corev1.Pod{}).
+		Complete(tr)
+	if err != nil {
+		return fmt.Errorf("controller: sandboxtemplate: %w", err)
+	}
+	return nil
+}
+
+// waitingOn maps a template to the Sandboxes that name it and have no
+// Pod yet.
+func (r *sandboxReconciler) waitingOn(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list v1alpha1.SandboxList
+	if err := r.c.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil // the cache lists without I/O; it fails only when stopping
+	}
+	var reqs []reconcile.Request
+	for _, sb := range list.Items {
+		if ref := sb.Spec.TemplateRef; ref != nil && ref.Name == obj.GetName() && sb.Status.PodName == "" {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&sb)})
+		}
+	}
+	return reqs
+}
