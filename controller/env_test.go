@@ -39,6 +39,10 @@ type startOptions struct {
 	// the manager as its ServiceAccount (impersonated), with leader
 	// election in airlock-system; false runs it as the administrator.
 	asServiceAccount bool
+
+	// opts are the controller's options; the zero value runs the Pods'
+	// airlock from /usr/local/bin.
+	opts controller.Options
 }
 
 // serviceAccount is the user rbac.yaml grants the controller's rights.
@@ -91,7 +95,11 @@ func start(t *testing.T, so startOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := controller.Setup(mgr, controller.Options{Airlock: "/usr/local/bin/airlock"}); err != nil {
+	opts := so.opts
+	if opts.Airlock == "" {
+		opts.Airlock = "/usr/local/bin/airlock"
+	}
+	if err := controller.Setup(mgr, opts); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +40,24 @@ type Options struct {
 	// Now tells the time a warm Pod is claimed. Nil means time.Now.
 	Now func() time.Time
 
+	// PodSeccomp is the seccomp profile of the Pods (airlock's container
+	// and what it runs), as ParseSeccomp reads it. Nil means
+	// RuntimeDefault. airlock installs its own allow-list for the command
+	// beneath it; the Pod's profile bounds airlock itself. A policy with
+	// net_hosts needs one that allows pidfd_open, pidfd_getfd and
+	// process_vm_readv, which the default profiles of containerd and
+	// Docker refuse (airlock then refuses the policy, exit 125, and the
+	// Sandbox's report says why): Unconfined, or a Localhost profile.
+	PodSeccomp *corev1.SeccompProfile
+
+	// HostNetwork runs the Pods in the node's network namespace, for a
+	// cluster without a pod network (the tests' node). airlock's connect
+	// broker still refuses every connect but the egress proxy's, whose
+	// guard refuses private and loopback addresses; the node's other
+	// Pods' NetworkPolicies no longer apply to them, and the restricted
+	// (and baseline) Pod Security level refuses such Pods.
+	HostNetwork bool
+
 	// Workers is how many Sandboxes are reconciled at once (one
 	// Sandbox is never reconciled twice at once; two claims of one pool
 	// are kept apart by the Pod's resourceVersion). Zero means
@@ -53,6 +73,32 @@ func (o Options) airlock() string {
 		return "airlock"
 	}
 	return o.Airlock
+}
+
+func (o Options) seccomp() *corev1.SeccompProfile {
+	if o.PodSeccomp == nil {
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	}
+	return o.PodSeccomp.DeepCopy()
+}
+
+// ParseSeccomp reads a Pod seccomp profile: RuntimeDefault, Unconfined,
+// or Localhost/PATH (PATH relative to the kubelet's seccomp root, as
+// localhostProfile says).
+func ParseSeccomp(s string) (*corev1.SeccompProfile, error) {
+	switch {
+	case s == string(corev1.SeccompProfileTypeRuntimeDefault):
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, nil
+	case s == string(corev1.SeccompProfileTypeUnconfined):
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}, nil
+	case strings.HasPrefix(s, "Localhost/"):
+		path := strings.TrimPrefix(s, "Localhost/")
+		if path == "" || strings.HasPrefix(path, "/") || slices.Contains(strings.Split(path, "/"), "..") {
+			return nil, fmt.Errorf("seccomp profile %q: Localhost/PATH needs a PATH relative to the kubelet's seccomp root, without ..", s)
+		}
+		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &path}, nil
+	}
+	return nil, fmt.Errorf("seccomp profile %q: use RuntimeDefault, Unconfined or Localhost/PATH", s)
 }
 
 func (o Options) warmLifetime() time.Duration {

@@ -110,6 +110,8 @@ type podParams struct {
 	deadline  time.Duration // activeDeadlineSeconds
 	owner     metav1.OwnerReference
 	airlock   string
+	seccomp   *corev1.SeccompProfile // the Pod's (Options.seccomp)
+	hostNet   bool                   // Options.HostNetwork
 }
 
 // buildPod returns the Pod that runs argv (or waits for it) under the
@@ -149,10 +151,15 @@ func buildPod(pp podParams) *corev1.Pod {
 			TerminationMessagePath:   terminationLog,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		}},
-		Volumes: vols,
+		Volumes:     vols,
+		HostNetwork: pp.hostNet,
 	}
-	// RuntimeDefault: airlock stacks its own seccomp allow-list on it.
-	k8s.Harden(&spec, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault})
+	// airlock stacks its own seccomp allow-list for the command on it.
+	sc := pp.seccomp
+	if sc == nil {
+		sc = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	}
+	k8s.Harden(&spec, sc)
 	labels := map[string]string{LabelManagedBy: ManagedBy}
 	for k, v := range pp.labels {
 		labels[k] = v

@@ -147,7 +147,7 @@ func (r *sandboxReconciler) bind(ctx context.Context, sb *v1alpha1.Sandbox, w *w
 	}
 	pod := buildPod(podParams{namespace: sb.Namespace, name: name, image: w.image, configMap: cmName, pol: w.pol,
 		argv: slices.Clone(sb.Spec.Command), labels: map[string]string{LabelSandboxUID: string(sb.UID)},
-		deadline: w.pol.Budget().Wall + startGrace, owner: owner, airlock: r.o.airlock()})
+		deadline: w.pol.Budget().Wall + startGrace, owner: owner, airlock: r.o.airlock(), seccomp: r.o.seccomp(), hostNet: r.o.HostNetwork})
 	if err := r.c.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("create pod %s: %w", pod.Name, err)
 	}

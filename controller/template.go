@@ -154,7 +154,7 @@ func (r *templateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			pod := buildPod(podParams{namespace: t.Namespace, genName: childName(t.Name, "warm-", 58), image: t.Spec.Image, configMap: cm, pol: pol,
 				labels: map[string]string{LabelTemplate: t.Name, LabelPool: PoolWarm, LabelHash: hash},
 				// It waits at most WarmLifetime, then is replaced.
-				deadline: r.o.warmLifetime() + pol.Budget().Wall + startGrace, owner: owner, airlock: r.o.airlock()})
+				deadline: r.o.warmLifetime() + pol.Budget().Wall + startGrace, owner: owner, airlock: r.o.airlock(), seccomp: r.o.seccomp(), hostNet: r.o.HostNetwork})
 			if err := r.c.Create(ctx, pod); err != nil {
 				return ctrl.Result{}, fmt.Errorf("create warm pod for sandboxtemplate %s: %w", t.Name, err)
 			}

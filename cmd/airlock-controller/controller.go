@@ -47,6 +47,8 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	airlockPath := fs.String("airlock", "airlock", "the airlock `PROGRAM` in the Pods' images (a name on their PATH or an absolute path)")
 	warm := fs.Duration("warm-lifetime", controller.DefaultWarmLifetime, "how long a warm Pod waits for a claim before it is replaced")
 	workers := fs.Int("workers", controller.DefaultWorkers, "how many Sandboxes are reconciled at once")
+	podSeccomp := fs.String("pod-seccomp", "RuntimeDefault", "the Pods' seccomp `PROFILE`: RuntimeDefault, Unconfined or Localhost/PATH (airlock adds its own filter for the command beneath it; a policy with net_hosts needs a profile that allows pidfd_getfd, which containerd's and Docker's default refuse)")
+	hostNetwork := fs.Bool("pod-host-network", false, "run the Pods in the node's network namespace, for a cluster without a pod network (airlock still refuses every connect but its egress proxy's; the restricted and baseline Pod Security levels refuse such Pods)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.ExitOK
@@ -63,6 +65,11 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	}
 	if *workers < 1 || *workers > 64 {
 		fmt.Fprintf(stderr, "airlock controller: --workers %d: use 1 to 64\n", *workers)
+		return cli.ExitUsage
+	}
+	sc, err := controller.ParseSeccomp(*podSeccomp)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock controller: --pod-seccomp: %s\n", cli.ErrText(err))
 		return cli.ExitUsage
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -93,7 +100,7 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}
-	if err := controller.Setup(mgr, controller.Options{Airlock: *airlockPath, WarmLifetime: *warm, Workers: *workers}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{Airlock: *airlockPath, WarmLifetime: *warm, Workers: *workers, PodSeccomp: sc, HostNetwork: *hostNetwork}); err != nil {
 		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}

@@ -126,6 +126,16 @@ func (n *Node) start(t testing.TB, base []Layer) error {
 			return err
 		}
 	}
+	// containerd's mount namespace receives the kubelet's mounts (volumes
+	// it mounts after the pod was created, such as a downward-API tmpfs)
+	// only from a shared mount; the host's may be private. The folder
+	// becomes a shared mount point of its own; stop unmounts it.
+	if err := unix.Mount(n.dir, n.dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("k8stest: bind the node's folder: %w", err)
+	}
+	if err := unix.Mount("", n.dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("k8stest: make the node's folder a shared mount: %w", err)
+	}
 	// A network configuration makes the node Ready. It gives no address,
 	// and containerd 1.6 refuses a pod network without one, so pods here
 	// use the host's network (hostNetwork): no pod network, no address
@@ -231,15 +241,36 @@ serializeImagePulls: false
 		if err != nil {
 			return err
 		}
+		ready := false
 		for _, c := range node.Status.Conditions {
 			if c.Type == corev1.NodeReady {
 				if c.Status != corev1.ConditionTrue {
 					return fmt.Errorf("node %s: Ready=%s: %s", n.Name, c.Status, c.Message)
 				}
-				return nil
+				ready = true
 			}
 		}
-		return fmt.Errorf("node %s has no Ready condition yet", n.Name)
+		if !ready {
+			return fmt.Errorf("node %s has no Ready condition yet", n.Name)
+		}
+		// The kubelet registers the node with the not-ready taint, which
+		// the controller-manager's node lifecycle controller (not run
+		// here) removes once the node is Ready: do what it does, so that
+		// the scheduler places pods here.
+		keep := node.Spec.Taints[:0]
+		for _, taint := range node.Spec.Taints {
+			if taint.Key != corev1.TaintNodeNotReady {
+				keep = append(keep, taint)
+			}
+		}
+		if len(keep) == len(node.Spec.Taints) {
+			return nil
+		}
+		node.Spec.Taints = keep
+		if _, err := n.cp.Client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s: remove the not-ready taint: %w", n.Name, err)
+		}
+		return nil
 	})
 }
 
