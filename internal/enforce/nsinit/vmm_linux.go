@@ -1,0 +1,395 @@
+package nsinit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// VMMArg0 is argv[0] of the VMM launcher: pid 1 of the host-side sandbox
+// of a microVM, which starts QEMU and bridges the control protocol to the
+// guest over the link (vmlink.go).
+const VMMArg0 = "airlock-vmm"
+
+// VMMConfigFD is the pipe the supervisor writes the launcher's VMMConfig
+// to (JSON, then EOF); ControlFD is the control socket, as for the init.
+const VMMConfigFD = 3
+
+// VMMConfig is what the supervisor tells the VMM launcher.
+type VMMConfig struct {
+	// Root is an empty folder the launcher mounts its own root on (a
+	// tmpfs, in its private mount namespace).
+	Root string `json:"root"`
+	// QEMU is the VMM's argv; its paths are as the launcher's root shows
+	// them (System, /vm, /export, the link's socket at VMMSocket).
+	QEMU []string `json:"qemu"`
+	// System are the host folders bound read-only into the launcher's root
+	// at the same place: what QEMU itself needs to run (its binary and
+	// libraries, its firmware).
+	System []string `json:"system"`
+	// Symlinks are top-level symlinks of the host's root to recreate
+	// (/lib -> usr/lib on a merged-/usr system), name to target.
+	Symlinks map[string]string `json:"symlinks,omitempty"`
+	// Files are host files bound read-only at /vm/NAME (the kernel and the
+	// initramfs), name to host path.
+	Files map[string]string `json:"files"`
+	// Exports are the host paths of the mount trees the "go" message
+	// carries, in order: each is attached at /export + path, which QEMU
+	// shares with the guest as its root (GuestRootTag).
+	Exports []string `json:"exports"`
+	// ExportFiles says which exports are files, not folders.
+	ExportFiles []bool `json:"export_files"`
+	// Plan is the guest's plan (plan.Plan binary).
+	Plan []byte `json:"plan"`
+	// Boot bounds the wait for the guest's hello.
+	Boot time.Duration `json:"boot"`
+}
+
+// VMMSocket is where QEMU connects the link's virtio-serial port.
+const VMMSocket = "/run/link.sock"
+
+// VMM runs the VMM launcher and exits; it never returns.
+//
+// Preconditions:
+//   - started by the supervisor with argv[0] == VMMArg0 as pid 1 of new
+//     user, mount, pid, net, ipc and uts namespaces, with VMMConfigFD and
+//     ControlFD open
+func VMM() {
+	if err := vmm(); err != nil {
+		_ = Send(ControlFD, Message{Type: MsgError, Stage: "microvm", Error: err.Error()})
+		fmt.Fprintln(os.Stderr, "airlock vmm:", err)
+		os.Exit(125)
+	}
+	os.Exit(0)
+}
+
+func vmm() error {
+	unix.CloseOnExec(VMMConfigFD)
+	unix.CloseOnExec(ControlFD)
+	raw, err := io.ReadAll(io.LimitReader(os.NewFile(VMMConfigFD, "config"), 2*maxPlan))
+	if err != nil {
+		return fmt.Errorf("read the launcher's configuration: %w", err)
+	}
+	var c VMMConfig
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("launcher configuration: %w", err)
+	}
+	m, trees, err := Recv(ControlFD)
+	if err != nil || m.Type != MsgGo || len(trees) != len(c.Exports) || len(c.ExportFiles) != len(c.Exports) {
+		closeAll(trees)
+		return fmt.Errorf("expected go with %d mount trees: %v, %d fds, %v", len(c.Exports), m.Type, len(trees), err)
+	}
+	ln, err := vmmRoot(&c, trees)
+	closeAll(trees)
+	if err != nil {
+		return err
+	}
+	// Nothing below needs a privilege: QEMU runs with none, and cannot
+	// gain any (no_new_privs; its own seccomp filter, -sandbox on).
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	qemu := &exec.Cmd{Path: c.QEMU[0], Args: c.QEMU, Env: []string{}, Stdout: os.Stderr, Stderr: os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL, Setsid: true}}
+	if err := qemu.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", c.QEMU[0], err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = qemu.Wait(); close(exited) }()
+	conn, err := acceptBefore(ln, exited, 30*time.Second)
+	ln.Close()
+	if err != nil {
+		_ = qemu.Process.Kill()
+		<-exited
+		return err
+	}
+	l := &link{r: conn, w: conn}
+	if err := helloAndPlan(l, c, exited); err != nil {
+		_ = qemu.Process.Kill()
+		<-exited
+		return err
+	}
+	go func() { <-exited; conn.Close() }()
+	bridgeHost(l)
+	_ = qemu.Process.Kill()
+	<-exited
+	return nil
+}
+
+// vmmRoot builds the launcher's root on c.Root and moves into it: QEMU's
+// own system folders, the kernel and initramfs, the exported trees and a
+// listening socket for the link; then the root is made read-only.
+func vmmRoot(c *VMMConfig, trees []int) (net.Listener, error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("make mounts private: %w", err)
+	}
+	r := c.Root
+	if err := unix.Mount("tmpfs", r, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=4m"); err != nil {
+		return nil, fmt.Errorf("root tmpfs: %w", err)
+	}
+	bindRO := func(src, dst string, dir bool) error {
+		if dir {
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+		} else {
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(dst, nil, 0o644); err != nil {
+				return err
+			}
+		}
+		if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", src, err)
+		}
+		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("bind %s read-only: %w", src, err)
+		}
+		return nil
+	}
+	for _, s := range c.System {
+		if _, err := os.Stat(s); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := bindRO(s, filepath.Join(r, s), true); err != nil {
+			return nil, err
+		}
+	}
+	for name, target := range c.Symlinks {
+		if err := os.Symlink(target, filepath.Join(r, name)); err != nil {
+			return nil, err
+		}
+	}
+	for name, src := range c.Files {
+		if err := bindRO(src, filepath.Join(r, "vm", name), false); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{"dev", "run", "proc"} {
+		if err := os.MkdirAll(filepath.Join(r, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{"null", "zero", "urandom", "random"} {
+		if err := bindRO("/dev/"+d, filepath.Join(r, "dev", d), false); err != nil {
+			return nil, err
+		}
+		// Device nodes need dev on their own bind.
+		if err := unix.Mount("", filepath.Join(r, "dev", d), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
+			return nil, err
+		}
+	}
+	exp := filepath.Join(r, "export")
+	for _, d := range []string{"", "dev", "proc", "sys", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(exp, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// Parents before children: a tree attached below another is placed
+	// on the host path inside it.
+	order := make([]int, len(trees))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return len(c.Exports[order[a]]) < len(c.Exports[order[b]]) })
+	for _, i := range order {
+		dst := filepath.Join(exp, c.Exports[i])
+		if !strings.HasPrefix(dst, exp+"/") {
+			return nil, fmt.Errorf("export %q leaves the export folder", c.Exports[i])
+		}
+		if c.ExportFiles[i] {
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil && !errors.Is(err, unix.EROFS) {
+				return nil, err
+			}
+			if f, err := os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
+				f.Close()
+			}
+		} else if err := os.MkdirAll(dst, 0o755); err != nil && !errors.Is(err, unix.EROFS) {
+			return nil, err
+		}
+		// move_mount(2), Linux 5.2.
+		if err := unix.MoveMount(trees[i], "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return nil, fmt.Errorf("attach %s: %w", c.Exports[i], err)
+		}
+	}
+	// The pid namespace's own /proc, mounted while the host's is still
+	// visible (the kernel refuses a proc mount in a user namespace that
+	// sees none: mount_too_revealing).
+	if err := unix.Mount("proc", filepath.Join(r, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return nil, fmt.Errorf("mount /proc: %w", err)
+	}
+	if err := unix.Chdir(r); err != nil {
+		return nil, err
+	}
+	// pivot_root(".", "."), then detach the old root stacked below it.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return nil, fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return nil, fmt.Errorf("detach the host's root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("unix", VMMSocket)
+	if err != nil {
+		return nil, fmt.Errorf("listen for the link: %w", err)
+	}
+	// The root itself (and the export's skeleton) is read-only from here.
+	if err := unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("make the root read-only: %w", err)
+	}
+	return ln, nil
+}
+
+// acceptBefore accepts the link's one connection, unless QEMU exits or
+// the wait passes first.
+func acceptBefore(ln net.Listener, exited <-chan struct{}, wait time.Duration) (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { c, err := ln.Accept(); ch <- res{c, err} }()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-exited:
+		return nil, errors.New("QEMU exited before it connected the link (its error is on the launcher's stderr)")
+	case <-time.After(wait):
+		return nil, fmt.Errorf("QEMU did not connect the link in %s", wait)
+	}
+}
+
+// helloAndPlan waits for the guest's hello and sends it the plan.
+func helloAndPlan(l *link, c VMMConfig, exited <-chan struct{}) error {
+	got := make(chan error, 1)
+	go func() {
+		f, err := l.recv()
+		if err == nil && f.kind != frameHello {
+			err = fmt.Errorf("expected hello, got frame kind %d", f.kind)
+		}
+		got <- err
+	}()
+	boot := c.Boot
+	if boot <= 0 {
+		boot = 60 * time.Second
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			return fmt.Errorf("the guest did not boot: %w", err)
+		}
+	case <-exited:
+		return errors.New("the guest powered off before it was up (its console is on the launcher's stderr)")
+	case <-time.After(boot):
+		return fmt.Errorf("the guest did not boot in %s", boot)
+	}
+	return l.send(framePlan, "", c.Plan)
+}
+
+// hostExec is an exec the supervisor started: its fds on the host.
+type hostExec struct {
+	out, errw *os.File
+}
+
+// bridgeHost relays the supervisor's control socket and the link until
+// either ends.
+func bridgeHost(l *link) {
+	var mu sync.Mutex
+	execs := map[string]*hostExec{} // guarded by mu
+	done := make(chan struct{}, 2)
+	go func() { // the supervisor's messages to the guest
+		defer func() { done <- struct{}{} }()
+		for {
+			m, fds, err := Recv(ControlFD)
+			if err != nil {
+				return
+			}
+			if m.Type != MsgExec {
+				closeAll(fds)
+				if l.sendMsg(m) != nil {
+					return
+				}
+				continue
+			}
+			if len(fds) != 3 {
+				closeAll(fds)
+				_ = Send(ControlFD, Message{Type: MsgExit, ID: m.ID, Code: 125, Error: "airlock bug: exec needs three fds"})
+				continue
+			}
+			in := os.NewFile(uintptr(fds[0]), "stdin")
+			mu.Lock()
+			execs[m.ID] = &hostExec{out: os.NewFile(uintptr(fds[1]), "stdout"), errw: os.NewFile(uintptr(fds[2]), "stderr")}
+			mu.Unlock()
+			if l.sendMsg(m) != nil {
+				in.Close()
+				return
+			}
+			go func(id string) { l.pump(frameIn, id, in); in.Close() }(m.ID)
+		}
+	}()
+	go func() { // the guest's frames to the supervisor
+		defer func() { done <- struct{}{} }()
+		for {
+			f, err := l.recv()
+			if err != nil {
+				return
+			}
+			switch f.kind {
+			case frameCtl:
+				m, err := f.msg()
+				if err != nil {
+					return
+				}
+				if Send(ControlFD, m) != nil {
+					return
+				}
+			case frameOut, frameErr:
+				mu.Lock()
+				x := execs[f.id]
+				mu.Unlock()
+				if x == nil {
+					continue
+				}
+				w := &x.out
+				if f.kind == frameErr {
+					w = &x.errw
+				}
+				if *w == nil {
+					continue
+				}
+				if len(f.data) == 0 {
+					(*w).Close()
+					mu.Lock()
+					*w = nil
+					if x.out == nil && x.errw == nil {
+						delete(execs, f.id)
+					}
+					mu.Unlock()
+					continue
+				}
+				// A reader that stopped reading (the output cap) gets no more.
+				_, _ = (*w).Write(f.data)
+			}
+		}
+	}()
+	<-done
+}

@@ -1,0 +1,410 @@
+package sandbox
+
+import (
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
+	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
+	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/initramfs"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/policy"
+)
+
+// The microVM backend: the sandbox gets a kernel of its own. QEMU's
+// microvm machine boots a Debian guest kernel with an initramfs airlock
+// builds (airlock's init as /init, and the 9p and virtio modules it
+// loads); the guest mounts, over virtio-9p, a share that holds exactly the
+// plan's bind sources, and runs the same init with the same plan in new
+// namespaces of the guest kernel (mounts, Landlock, seccomp, capabilities,
+// rlimits), with the plan's pids and memory limits on a cgroup of the
+// guest's. The guest has no network device. The control protocol crosses
+// a virtio-serial port (internal/enforce/nsinit, vmlink.go).
+//
+// QEMU itself runs in a sandbox of airlock's on the host: the VMM
+// launcher, pid 1 of new user, mount, pid, net, ipc and uts namespaces as
+// an unprivileged host uid, sees only QEMU's own system folders, the
+// kernel, the initramfs and the exported trees (read-only but for fs_write
+// grants), has no capabilities and no_new_privs, and QEMU adds its own
+// seccomp filter (-sandbox on). The deadline and the output cap are the
+// box's, on the host: they kill the launcher, and with it QEMU.
+
+// BackendMicroVM is the report's name of the microVM backend.
+const BackendMicroVM = "microvm"
+
+
+// microvmQEMU is where Debian's qemu-system-x86 puts the VMM.
+const microvmQEMU = "/usr/bin/qemu-system-x86_64"
+
+// microvmModules are what the guest loads: the virtio-mmio transport, the
+// serial port of the link and the 9p share (their dependencies come along).
+var microvmModules = []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "9p"}
+
+// microvmGuestOverhead is the guest RAM beyond max_memory: the guest
+// kernel and the init (the sandbox's own cgroup in the guest gets
+// max_memory).
+const microvmGuestOverhead = 128 << 20
+
+// microvmBoot bounds the boot, under software emulation.
+const microvmBoot = 60 * time.Second
+
+// microvmCache is where the guest's initramfs is built once per init
+// binary and kernel.
+const microvmCache = "/var/cache/airlock/microvm"
+
+var weakerMicroVM = []string{
+	"microvm: the guest has no network device at all: net_hosts is refused (egress through airlock's proxy over a host-guest channel is not built yet)",
+	"microvm: max_cpu is RLIMIT_CPU per process inside the guest; the whole tree is bounded only by the guest's single vCPU and max_wall",
+	"microvm: a command killed by the guest's cgroup (max_memory, max_pids) is reported as its own failure (a signal, EAGAIN), not as halted_by",
+	"microvm: filesystem denials are not reported",
+	"microvm: software emulation (TCG): a boot costs seconds, and programs run several times slower than on the host",
+}
+
+// guestKernel is a kernel the guest can boot, with the module tree that
+// matches it.
+type guestKernel struct {
+	version string // uname -r of the guest
+	image   string // /boot/vmlinuz-VERSION
+	modules string // /lib/modules/VERSION
+}
+
+// findGuestKernel picks the newest installed Debian kernel whose module
+// tree has the 9p modules (linux-image-amd64; the cloud flavour has none).
+func findGuestKernel() (guestKernel, error) {
+	images, _ := filepath.Glob("/boot/vmlinuz-*")
+	slices.Sort(images)
+	var without []string
+	for i := len(images) - 1; i >= 0; i-- {
+		v := strings.TrimPrefix(images[i], "/boot/vmlinuz-")
+		mods := filepath.Join("/lib/modules", v)
+		if _, err := os.Stat(filepath.Join(mods, "kernel/fs/9p/9p.ko")); err != nil {
+			without = append(without, v)
+			continue
+		}
+		return guestKernel{version: v, image: images[i], modules: mods}, nil
+	}
+	if len(without) > 0 {
+		return guestKernel{}, fmt.Errorf("isolation microvm: no guest kernel with the 9p modules (installed: %s, which lack them): apt-get install linux-image-amd64", strings.Join(without, ", "))
+	}
+	return guestKernel{}, errors.New("isolation microvm: no guest kernel in /boot: apt-get install linux-image-amd64 qemu-system-x86")
+}
+
+// microvmBackend runs the sandbox in a microVM.
+type microvmBackend struct{}
+
+func (microvmBackend) launch(b *box) (*control, error) {
+	if !namespace.HostAdmin() {
+		return nil, errors.New("isolation microvm needs root on the host (the VMM's sandbox maps it to an unprivileged host uid and idmaps the grants), which this process lacks: run as root, or use the default isolation")
+	}
+	if b.pl.Proxy {
+		return nil, errors.New("isolation microvm gives the guest no network at all, and egress through airlock's proxy into a microVM is not built yet: drop net_hosts, or use the default isolation (namespaces) or gvisor for a policy with net_hosts")
+	}
+	if b.cfg.Policy.Rootfs() != "" || b.cfg.Policy.Placed() {
+		return nil, errors.New("isolation microvm shares the host's paths with the guest where they are: an environment (rootfs) and placed grants (HOST:INSIDE) are not supported there yet; drop them, or use the default isolation")
+	}
+	if !b.cfg.Policy.AcceptsDowngrade(policy.DowngradeCPU) {
+		return nil, errors.New("isolation microvm enforces max_cpu per process (RLIMIT_CPU inside the guest), not for the whole tree (the guest's single vCPU and max_wall bound that): add max_cpu to allow_downgrade to accept it")
+	}
+	if _, err := os.Stat(microvmQEMU); err != nil {
+		return nil, fmt.Errorf("isolation microvm needs QEMU (%s: %v): apt-get install qemu-system-x86", microvmQEMU, err)
+	}
+	k, err := findGuestKernel()
+	if err != nil {
+		return nil, err
+	}
+	if err := microvmWrites(b); err != nil {
+		return nil, err
+	}
+	initrd, err := microvmInitramfs(b.cfg.Executable, k)
+	if err != nil {
+		return nil, err
+	}
+	ociJanitor() // the work folders of supervisors that died (named as OCI's are)
+	name, err := cgroup.NewName(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(os.TempDir(), name)
+	if err := os.Mkdir(tmp, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(tmp, 0o711); err != nil { // the launcher's uid must reach it
+		_ = os.RemoveAll(tmp)
+		return nil, err
+	}
+	b.enf.Backend = BackendMicroVM
+	b.enf.Platform = "qemu-microvm/tcg"
+	b.enf.GuestKernel = k.version
+	b.enf.FSDenials = "not reported under isolation microvm"
+	b.downgraded(policy.DowngradeCPU)
+	b.enf.Weaker = append(b.enf.Weaker, weakerMicroVM...)
+	ctl, err := startVMM(b, k, initrd, tmp)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, err
+	}
+	ctl.onExit = func() { _ = os.RemoveAll(tmp) } // the janitor retries what is left
+	go readControl(b, ctl)
+	return ctl, nil
+}
+
+// microvmWrites refuses fs_write folders unless the policy accepts writes
+// in place (the 9p share writes the host folder), and makes every write
+// grant a plain bind.
+func microvmWrites(b *box) error {
+	folders := false
+	for _, m := range b.pl.Mounts {
+		folders = folders || m.Kind == plan.KindOverlay
+	}
+	if folders && !b.cfg.Policy.AcceptsDowngrade(policy.DowngradeStagedWrites) {
+		return errors.New("under isolation microvm fs_write folders are written in place through the guest's 9p share (they are not staged): max_write is not enforced and new protected paths (git hooks, rc files) can be created; add staged_writes to allow_downgrade to accept that, or grant single files")
+	}
+	pl, err := copyPlan(b.pl)
+	if err != nil {
+		return err
+	}
+	plan.WritesInPlace(pl)
+	b.pl = pl
+	if folders {
+		b.downgraded(policy.DowngradeStagedWrites)
+	}
+	return nil
+}
+
+// microvmInitramfs returns the guest's initramfs for the init binary and
+// kernel k, built once into microvmCache (named by their digest).
+func microvmInitramfs(exe string, k guestKernel) (string, error) {
+	f, err := openInit(exe)
+	if err != nil {
+		return "", fmt.Errorf("sandbox init binary: %w", err)
+	}
+	if f == nil {
+		if f, err = os.Open("/proc/self/exe"); err != nil {
+			return "", err
+		}
+	}
+	defer f.Close()
+	if err := checkStatic(f); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size())); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(h, "\x00%s\x00%s", k.version, strings.Join(microvmModules, ","))
+	if err := os.MkdirAll(microvmCache, 0o755); err != nil {
+		return "", fmt.Errorf("microvm cache %s: %w", microvmCache, err)
+	}
+	out := filepath.Join(microvmCache, "initramfs-"+hex.EncodeToString(h.Sum(nil))[:32]+".cpio")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	tmp, err := os.CreateTemp(microvmCache, ".initramfs-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	err = initramfs.Build(tmp, initramfs.Image{Init: f, InitSize: st.Size(), Modules: os.DirFS(k.modules), Want: microvmModules, ModuleList: nsinit.GuestModules})
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), out)
+	}
+	if err != nil {
+		return "", fmt.Errorf("build the guest's initramfs: %w", err)
+	}
+	return out, nil
+}
+
+// checkStatic refuses an init binary that needs a dynamic loader: the
+// initramfs holds nothing else.
+func checkStatic(f *os.File) error {
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return fmt.Errorf("sandbox init binary %s: %w", f.Name(), err)
+	}
+	defer ef.Close()
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("sandbox init binary %s is dynamically linked, and the microVM's initramfs holds no loader: build airlock and airlock-init with CGO_ENABLED=0", f.Name())
+		}
+	}
+	return nil
+}
+
+// startVMM starts the VMM launcher in its namespaces, gives it the trees
+// to export and its configuration, and returns it as the box's control
+// process.
+func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
+	exports, files, mounts := microvmExports(b.pl)
+	raw, err := b.pl.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	memMiB := (max(b.pl.Limits.Memory, 64<<20) + microvmGuestOverhead) >> 20
+	qemu := []string{microvmQEMU,
+		"-M", "microvm,x-option-roms=off,rtc=on",
+		"-accel", "tcg,tb-size=64",
+		"-cpu", "max", "-smp", "1", "-m", strconv.FormatInt(memMiB, 10),
+		"-nodefaults", "-no-user-config", "-display", "none", "-nic", "none", "-no-reboot",
+		"-serial", "stdio",
+		"-kernel", "/vm/vmlinuz", "-initrd", "/vm/initrd",
+		"-append", "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=" + nsinit.GuestInit,
+		"-device", "virtio-serial-device,max_ports=2",
+		"-chardev", "socket,id=link,path=" + nsinit.VMMSocket,
+		"-device", "virtserialport,chardev=link,name=" + nsinit.GuestPort,
+		"-fsdev", "local,id=root,path=/export,security_model=none,multidevs=remap",
+		"-device", "virtio-9p-device,fsdev=root,mount_tag=" + nsinit.GuestRootTag,
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	}
+	links := map[string]string{}
+	for _, l := range []string{"bin", "sbin", "lib", "lib32", "lib64", "libx32"} {
+		if t, err := os.Readlink("/" + l); err == nil {
+			links[l] = t
+		}
+	}
+	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
+		Files: map[string]string{"vmlinuz": k.image, "initrd": initrd}, Exports: exports, ExportFiles: files, Plan: raw, Boot: microvmBoot})
+	if err != nil {
+		return nil, err
+	}
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	child := os.NewFile(uintptr(pair[1]), "control")
+	defer child.Close()
+	initFile, err := openInit(b.cfg.Executable)
+	if err != nil {
+		unix.Close(pair[0])
+		return nil, fmt.Errorf("sandbox init binary: %w", err)
+	}
+	if initFile == nil {
+		if initFile, err = os.Open("/proc/self/exe"); err != nil {
+			unix.Close(pair[0])
+			return nil, err
+		}
+	}
+	defer initFile.Close()
+	id := pickHostID(plan.DefaultIDMap())
+	cmd := &exec.Cmd{Path: "/proc/self/fd/5", Args: []string{nsinit.VMMArg0}, Env: []string{}, ExtraFiles: []*os.File{cfgR, child, initFile},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: id, Size: 1}},
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Pdeathsig:                  unix.SIGKILL,
+			Setsid:                     true,
+		}, WaitDelay: time.Second}
+	ctl := newControl(cmd, pair[0])
+	cmd.Stdout, cmd.Stderr = ctl.stderr, ctl.stderr
+	if err := cmd.Start(); err != nil {
+		ctl.close()
+		return nil, fmt.Errorf("start the VMM launcher: %w", err)
+	}
+	go func() {
+		_ = cmd.Wait() // the status is read from ProcessState and the control messages
+		close(ctl.exited)
+	}()
+	fail := func(err error) (*control, error) {
+		ctl.kill()
+		<-ctl.exited
+		ctl.close()
+		return nil, err
+	}
+	trees, err := cloneExports(cmd.Process.Pid, mounts)
+	if err != nil {
+		return fail(err)
+	}
+	err = nsinit.Send(ctl.sock, nsinit.Message{Type: nsinit.MsgGo, IDMaps: len(trees)}, trees...)
+	closeFDs(trees)
+	if err == nil {
+		_, err = cfgW.Write(cfg)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("start the VMM launcher: %w (%s)", err, ctl.why()))
+	}
+	b.sandboxID = id
+	return ctl, nil
+}
+
+// microvmExports returns the plan's bind sources the guest needs, once
+// each: their host paths, whether each is a file, and the steps to clone.
+// Sources under /dev are the guest's own devices.
+func microvmExports(pl *plan.Plan) ([]string, []bool, []plan.Mount) {
+	seen := map[string]bool{}
+	var paths []string
+	var files []bool
+	var ms []plan.Mount
+	for _, m := range pl.Mounts {
+		if !m.Cloned() || seen[m.Source] || m.Source == "/dev" || strings.HasPrefix(m.Source, "/dev/") {
+			continue
+		}
+		if _, err := os.Lstat(m.Source); err != nil && m.Optional {
+			continue
+		}
+		seen[m.Source] = true
+		paths = append(paths, m.Source)
+		files = append(files, m.File)
+		ms = append(ms, m)
+	}
+	return paths, files, ms
+}
+
+// cloneExports clones each export with the supervisor's access, idmapped
+// through the launcher's user namespace for grants (as cloneBinds does
+// for airlock's own init), so QEMU reads and writes them as the caller.
+func cloneExports(pid int, ms []plan.Mount) ([]int, error) {
+	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open the VMM launcher's user namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	var fds []int
+	for _, m := range ms {
+		userns := -1
+		if m.IDMap {
+			userns = ns
+		}
+		m.Exec = true // the guest's own mounts decide noexec
+		fd, err := mount.Clone(m, userns)
+		if err != nil {
+			closeFDs(fds)
+			return nil, err
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
