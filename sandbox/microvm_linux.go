@@ -49,7 +49,6 @@ import (
 // BackendMicroVM is the report's name of the microVM backend.
 const BackendMicroVM = "microvm"
 
-
 // microvmQEMU is where Debian's qemu-system-x86 puts the VMM.
 const microvmQEMU = "/usr/bin/qemu-system-x86_64"
 
