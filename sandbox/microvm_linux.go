@@ -273,7 +273,7 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 		"-nodefaults", "-no-user-config", "-display", "none", "-nic", "none", "-no-reboot",
 		"-serial", "stdio",
 		"-kernel", "/vm/vmlinuz", "-initrd", "/vm/initrd",
-		"-append", "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=" + nsinit.GuestInit,
+		"-append", guestCmdline(),
 		"-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=link,path=" + nsinit.VMMSocket,
 		"-device", "virtserialport,chardev=link,name=" + nsinit.GuestPort,
@@ -357,6 +357,36 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 	}
 	b.sandboxID = id
 	return ctl, nil
+}
+
+// guestCmdline is the guest kernel's command line. Under software
+// emulation on a loaded host the kernel's TSC calibration against the PIT
+// fails now and then, and the boot then hangs with no clock: the TSC's
+// rate is given instead (TCG's guest TSC runs at the host's), and the
+// timer check that also times the PIT is skipped.
+func guestCmdline() string {
+	c := "console=ttyS0 quiet loglevel=3 panic=-1 no_timer_check tsc=reliable rdinit=" + nsinit.GuestInit
+	if khz := hostTSCkHz(); khz > 0 {
+		c += " tsc_early_khz=" + strconv.Itoa(khz)
+	}
+	return c
+}
+
+// hostTSCkHz is the host CPU's clock in kHz from /proc/cpuinfo, or 0.
+func hostTSCkHz() int {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if ok && strings.TrimSpace(k) == "cpu MHz" {
+			if mhz, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && mhz > 0 {
+				return int(mhz * 1000)
+			}
+		}
+	}
+	return 0
 }
 
 // microvmExports returns the plan's bind sources the guest needs, once

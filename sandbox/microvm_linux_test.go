@@ -1,0 +1,253 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// The microVM backend (isolation microvm), attacked as the other backends
+// are: QEMU's microvm machine under software emulation boots a guest
+// kernel in which airlock's init applies the plan; the deadline and the
+// output cap are enforced from the host. Each boot costs seconds, so one
+// boot checks many things.
+
+// requireMicroVM skips unless QEMU and a guest kernel with 9p are here, and
+// returns a static airlock-init for the guest's initramfs.
+func requireMicroVM(t *testing.T) string {
+	t.Helper()
+	airtest.RequireRoot(t)
+	airtest.RequireBinary(t, "/usr/bin/qemu-system-x86_64")
+	airtest.RequireBinary(t, "/usr/bin/python3")
+	if m, _ := filepath.Glob("/lib/modules/*/kernel/fs/9p/9p.ko"); len(m) == 0 {
+		airtest.SkipOrFail(t, "no guest kernel with the 9p modules (/lib/modules/*/kernel/fs/9p/9p.ko): apt-get install linux-image-amd64")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "airlock-init")
+	goBuild(t, "../cmd/airlock-init", bin)
+	return bin
+}
+
+func runVM(t *testing.T, init string, spec policy.Spec, argv ...string) *sandbox.Report {
+	t.Helper()
+	if spec.Budget.Wall == 0 {
+		spec.Budget.Wall = 60 * time.Second
+	}
+	spec.AllowDowngrade = append(spec.AllowDowngrade, "max_cpu")
+	p, err := policy.New(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationMicroVM, Executable: init}, Args: argv, CommandIsGranted: true}).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// qemuPids lists the live QEMU processes airlock started (their command
+// line names the link's socket).
+func qemuPids() []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(b), "qemu-system") && strings.Contains(string(b), "/run/link.sock") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestIsolationMicroVM: in one boot, a granted file is read and an
+// fs_write grant receives the output (owned by the caller), credentials
+// outside the grants do not exist, no connection reaches a listener on the
+// host's loopback (or anywhere: the guest has no network device), the
+// command runs on the guest's own kernel, and the report names the backend,
+// the guest kernel and the accelerator. Then the refusals that need no
+// boot, the deadline and the output cap from the host.
+func TestIsolationMicroVM(t *testing.T) {
+	init := requireMicroVM(t)
+	tr := newTree(t)
+	if err := os.Chmod(filepath.Dir(tr.root), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go acceptCount(ln, &hits)
+	host := strings.Split(ln.Addr().String(), ":")
+	code := fmt.Sprintf(`
+import os, socket, sys
+bad = []
+print(open(%q).read().strip())
+open(%q, "w").write("written in the guest")
+for p in [%q, %q, "/etc/shadow", "/root"]:
+    try:
+        os.listdir(p) if p == "/root" else open(p).read(); bad.append("read " + p)
+    except OSError:
+        pass
+for h, port in [(%q, %s), ("10.0.2.2", 80), ("1.1.1.1", 443)]:
+    try:
+        socket.create_connection((h, port), timeout=3); bad.append("connected to %%s:%%s" %% (h, port))
+    except OSError:
+        pass
+print("kernel", os.uname().release)
+print("bad", bad)
+sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/vm.txt", tr.secret, filepath.Join(tr.home, ".aws", "credentials"), host[0], host[1])
+	rep := runVM(t, init, policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out}, AllowDowngrade: []string{"staged_writes"}}, "/usr/bin/python3", "-c", code)
+	wantExit(t, rep, 0)
+	if !strings.Contains(rep.Stdout, "x,y") || !strings.Contains(rep.Stdout, "bad []") {
+		t.Fatalf("stdout = %q, stderr = %q", rep.Stdout, rep.Stderr)
+	}
+	if hits.Load() != 0 {
+		t.Fatalf("the host's loopback listener got %d connections from the guest", hits.Load())
+	}
+	e := rep.Enforcement
+	if e.Backend != "microvm" || e.Platform != "qemu-microvm/tcg" || e.GuestKernel == "" || e.Landlock == 0 || !e.Seccomp || !e.Namespaces {
+		t.Fatalf("enforcement = %+v", e)
+	}
+	hostRelease, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Stdout, "kernel "+e.GuestKernel+"\n") || e.GuestKernel == strings.TrimSpace(string(hostRelease)) {
+		t.Fatalf("the command did not run on the guest kernel %s (the host's is %s): %q", e.GuestKernel, hostRelease, rep.Stdout)
+	}
+	fi, err := os.Stat(filepath.Join(tr.out, "vm.txt"))
+	if b, _ := os.ReadFile(filepath.Join(tr.out, "vm.txt")); err != nil || string(b) != "written in the guest" {
+		t.Fatalf("vm.txt = %q, %v", b, err)
+	}
+	if fuid(fi) != uint32(os.Getuid()) {
+		t.Fatalf("vm.txt belongs to uid %d, not to the caller %d", fuid(fi), os.Getuid())
+	}
+	if p := qemuPids(); len(p) != 0 {
+		t.Fatalf("QEMU outlived the run: %v", p)
+	}
+
+	t.Run("refusals", func(t *testing.T) {
+		for _, c := range []struct {
+			name string
+			spec policy.Spec
+			want string
+		}{
+			{"net_hosts", policy.Spec{NetHosts: []string{"example.com"}}, "drop net_hosts"},
+			{"fs_write-folder-needs-staged-writes", policy.Spec{FSWrite: []string{tr.out}}, "staged_writes"},
+		} {
+			rep := runVM(t, init, c.spec, "/bin/true")
+			if rep.ExitCode != 125 || !strings.Contains(rep.Error, c.want) {
+				t.Errorf("%s: exit %d, error %q; want 125 naming %q", c.name, rep.ExitCode, rep.Error, c.want)
+			}
+		}
+		p, err := policy.New(policy.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationMicroVM, Executable: init}, Args: []string{"/bin/true"}, CommandIsGranted: true}).Run(context.Background())
+		if err != nil || rep.ExitCode != 125 || !strings.Contains(rep.Error, "max_cpu") {
+			t.Errorf("without max_cpu accepted: %+v, %v; want 125 naming max_cpu", rep, err)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		start := time.Now()
+		rep := runVM(t, init, policy.Spec{Budget: budget.Limits{Wall: 8 * time.Second}}, "/bin/sh", "-c", "while :; do :; done")
+		wantHalt(t, rep, budget.MaxWall)
+		if d := time.Since(start); d > 30*time.Second {
+			t.Fatalf("the looping guest was killed after %s, max_wall 8s", d)
+		}
+		if p := qemuPids(); len(p) != 0 {
+			t.Fatalf("QEMU outlived the deadline: %v", p)
+		}
+	})
+	t.Run("output-cap", func(t *testing.T) {
+		rep := runVM(t, init, policy.Spec{Budget: budget.Limits{OutputBytes: 4096}}, "/usr/bin/yes")
+		if rep.HaltedBy == nil || *rep.HaltedBy != "max_output_bytes" || len(rep.Stdout) > 4096 {
+			t.Fatalf("halted_by %v, %d bytes", rep.HaltedBy, len(rep.Stdout))
+		}
+	})
+}
+
+// TestIsolationMicroVMKilled: when the supervisor of a microVM run is
+// SIGKILLed, QEMU and the VMM launcher die with it (the launcher is pid 1
+// of their pid namespace, tied to the supervisor by its death signal), no
+// socket is left (the link's lives in the launcher's own root), and the
+// next microVM run's janitor removes the work folder.
+func TestIsolationMicroVMKilled(t *testing.T) {
+	init := requireMicroVM(t)
+	dir := filepath.Dir(init)
+	goBuild(t, "../cmd/airlock", filepath.Join(dir, "airlock"))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "airlock"), "run", "--isolation", "microvm", "--allow-downgrade", "max_cpu", "--max-wall", "90s",
+		"--", "/bin/sh", "-c", "echo up; while :; do :; done")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	up := make(chan bool, 1)
+	go func() {
+		buf := make([]byte, 16)
+		n, _ := out.Read(buf)
+		up <- strings.HasPrefix(string(buf[:n]), "up")
+	}()
+	select {
+	case ok := <-up:
+		if !ok {
+			_ = cmd.Process.Kill()
+			t.Fatal("the guest's command never started")
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the guest's command never started in 60s")
+	}
+	if len(qemuPids()) == 0 {
+		_ = cmd.Process.Kill()
+		t.Fatal("no QEMU process while the guest runs: the check below would prove nothing")
+	}
+	killed := cmd.Process.Pid
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !waitFor(20*time.Second, func() bool { return len(qemuPids()) == 0 && len(marked(t, nsinitVMM)) == 0 }) {
+		t.Fatalf("QEMU %v or the launcher %v outlived the supervisor", qemuPids(), marked(t, nsinitVMM))
+	}
+	leftovers := func() []string {
+		m, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d-*", killed)))
+		return m
+	}
+	if len(leftovers()) == 0 {
+		t.Fatal("the killed supervisor left no work folder: the janitor check below would prove nothing")
+	}
+	rep := runVM(t, init, policy.Spec{}, "/bin/true")
+	wantExit(t, rep, 0)
+	if l := leftovers(); len(l) != 0 {
+		t.Fatalf("the janitor left %v", l)
+	}
+}
+
+// nsinitVMM is the VMM launcher's argv[0].
+const nsinitVMM = "airlock-vmm"
