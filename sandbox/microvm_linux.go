@@ -135,18 +135,28 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
+	// No stage (writes are made in place): the staging holds the grant
+	// roots the launcher sends, for a session's file API.
+	if b.stage, err = openStaging(b.pl); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*control, error) {
+		b.stage.close()
+		b.stage = nil
+		return nil, err
+	}
 	ociJanitor() // the work folders of supervisors that died (named as OCI's are)
 	name, err := cgroup.NewName(os.Getpid())
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	tmp := filepath.Join(os.TempDir(), name)
 	if err := os.Mkdir(tmp, 0o711); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err := os.Chmod(tmp, 0o711); err != nil { // the launcher's uid must reach it
 		_ = os.RemoveAll(tmp)
-		return nil, err
+		return fail(err)
 	}
 	b.enf.Backend = BackendMicroVM
 	b.enf.Platform = "qemu-microvm/tcg"
@@ -157,7 +167,7 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	ctl, err := startVMM(b, k, initrd, tmp)
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return nil, err
+		return fail(err)
 	}
 	ctl.onExit = func() { _ = os.RemoveAll(tmp) } // the janitor retries what is left
 	go readControl(b, ctl)
@@ -287,7 +297,13 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 			links[l] = t
 		}
 	}
-	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
+	var grants []string
+	for _, m := range b.pl.Mounts {
+		if m.Grant() {
+			grants = append(grants, m.Source)
+		}
+	}
+	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, Grants: grants, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
 		Files: map[string]string{"vmlinuz": k.image, "initrd": initrd}, Exports: exports, ExportFiles: files, Plan: raw, Boot: microvmBoot})
 	if err != nil {
 		return nil, err

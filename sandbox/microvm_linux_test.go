@@ -251,3 +251,51 @@ func TestIsolationMicroVMKilled(t *testing.T) {
 
 // nsinitVMM is the VMM launcher's argv[0].
 const nsinitVMM = "airlock-vmm"
+
+// TestIsolationMicroVMSession: a session on one microVM keeps background
+// processes between execs, serves the file API on its grants (through the
+// VMM's export, so the guest sees what the API wrote), halts an exec past
+// its timeout, and ends QEMU when it closes.
+func TestIsolationMicroVMSession(t *testing.T) {
+	init := requireMicroVM(t)
+	tr := newTree(t)
+	if err := os.Chmod(filepath.Dir(tr.root), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.New(policy.Spec{FSWrite: []string{tr.out}, AllowedTools: []string{"sh", "sleep", "cat"}, AllowDowngrade: []string{"staged_writes", "max_cpu"},
+		Budget: budget.Limits{Wall: 90 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Isolation: sandbox.IsolationMicroVM, Executable: init})
+	if err != nil {
+		t.Fatalf("NewSession under microvm: %v", err)
+	}
+	defer s.Close()
+	if err := s.Guard().Write(filepath.Join(tr.out, "in.txt"), []byte("from the API\n")); err != nil {
+		t.Fatalf("file API write: %v", err)
+	}
+	rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sh", "-c", "cat in.txt > result.txt; (sleep 1000 &) ; echo started; exit 3"}})
+	if err != nil || rep.ExitCode != 3 || rep.Stdout != "started\n" {
+		t.Fatalf("first exec = %+v, %v", rep, err)
+	}
+	rep, err = s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sh", "-c", "cat result.txt; cat /proc/[0-9]*/comm"}})
+	if err != nil || rep.ExitCode != 0 || !strings.HasPrefix(rep.Stdout, "from the API\n") || !strings.Contains(rep.Stdout, "sleep\n") {
+		t.Fatalf("second exec = %+v, %v", rep, err)
+	}
+	if got, err := s.Guard().Read(filepath.Join(tr.out, "result.txt")); err != nil || string(got) != "from the API\n" {
+		t.Fatalf("file API read = %q, %v", got, err)
+	}
+	rep, err = s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sleep", "30"}, Timeout: 2 * time.Second})
+	if err != nil || rep.HaltedBy == nil {
+		t.Fatalf("exec past its timeout = %+v, %v; want halted", rep, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(10*time.Second, func() bool { return len(qemuPids()) == 0 }) {
+		t.Fatalf("QEMU outlived the session: %v", qemuPids())
+	}
+}

@@ -51,6 +51,10 @@ type VMMConfig struct {
 	Exports []string `json:"exports"`
 	// ExportFiles says which exports are files, not folders.
 	ExportFiles []bool `json:"export_files"`
+	// Grants are the grant roots (plan.Mount.Grant, in plan order) as
+	// host paths: the launcher opens each in its export and sends them to
+	// the supervisor's file API ("mounts").
+	Grants []string `json:"grants"`
 	// Plan is the guest's plan (plan.Plan binary).
 	Plan []byte `json:"plan"`
 	// Boot bounds the wait for the guest's hello.
@@ -94,6 +98,10 @@ func vmm() error {
 	ln, err := vmmRoot(&c, trees)
 	closeAll(trees)
 	if err != nil {
+		return err
+	}
+	if err := sendExportedGrants(c.Grants); err != nil {
+		ln.Close()
 		return err
 	}
 	// Nothing below needs a privilege: QEMU runs with none, and cannot
@@ -257,6 +265,26 @@ func vmmRoot(c *VMMConfig, trees []int) (net.Listener, error) {
 		return nil, fmt.Errorf("make the root read-only: %w", err)
 	}
 	return ln, nil
+}
+
+// sendExportedGrants opens each grant root in the export, as QEMU serves
+// it to the guest, and sends them to the supervisor.
+func sendExportedGrants(grants []string) error {
+	root, err := unix.Open("/export", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(root)
+	var fds []int
+	defer func() { closeAll(fds) }()
+	for _, g := range grants {
+		fd, err := unix.Openat2(root, strings.TrimPrefix(g, "/"), &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_SYMLINKS})
+		if err != nil {
+			return fmt.Errorf("open grant %s in the export: %w", g, err)
+		}
+		fds = append(fds, fd)
+	}
+	return Send(ControlFD, Message{Type: MsgMounts}, fds...)
 }
 
 // acceptBefore accepts the link's one connection, unless QEMU exits or
