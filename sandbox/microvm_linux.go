@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -227,8 +228,11 @@ func microvmInitramfs(exe string, k guestKernel) (string, error) {
 	}
 	out := filepath.Join(microvmCache, "initramfs-"+hex.EncodeToString(h.Sum(nil))[:32]+".cpio")
 	if _, err := os.Stat(out); err == nil {
+		now := time.Now()
+		_ = os.Chtimes(out, now, now) // the most recently used are kept (pruneInitramfs)
 		return out, nil
 	}
+	defer pruneInitramfs(out)
 	tmp, err := os.CreateTemp(microvmCache, ".initramfs-")
 	if err != nil {
 		return "", err
@@ -248,6 +252,31 @@ func microvmInitramfs(exe string, k guestKernel) (string, error) {
 		return "", fmt.Errorf("build the guest's initramfs: %w", err)
 	}
 	return out, nil
+}
+
+// microvmKeep is how many initramfs images the cache keeps: one per
+// airlock-init build, so a developer's rebuilds do not fill the disk.
+const microvmKeep = 8
+
+// pruneInitramfs removes all but the microvmKeep most recently used
+// images of the cache, never keep.
+func pruneInitramfs(keep string) {
+	imgs, _ := filepath.Glob(filepath.Join(microvmCache, "initramfs-*.cpio"))
+	if len(imgs) <= microvmKeep {
+		return
+	}
+	mtime := func(p string) int64 {
+		if fi, err := os.Stat(p); err == nil {
+			return fi.ModTime().UnixNano()
+		}
+		return 0
+	}
+	slices.SortFunc(imgs, func(a, b string) int { return cmp.Compare(mtime(b), mtime(a)) })
+	for _, p := range imgs[microvmKeep:] {
+		if p != keep {
+			_ = os.Remove(p) // another run may use it now: it keeps its open file
+		}
+	}
 }
 
 // checkStatic refuses an init binary that needs a dynamic loader: the

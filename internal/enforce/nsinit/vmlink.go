@@ -39,8 +39,8 @@ const (
 	frameErr
 )
 
-// maxFrame bounds a frame's payload: a plan (maxPlan) is the largest.
-const maxFrame = maxPlan
+// maxFrame bounds a frame's payload: a plan (at most maxPlan) is the largest.
+const maxFrame = 16 << 20
 
 // linkHeader is the fixed part of a frame: kind, ID length, payload length.
 const linkHeader = 1 + 1 + 4
