@@ -47,9 +47,11 @@ const linkHeader = 1 + 1 + 4
 
 // link writes and reads frames on one stream. Writes are serialized.
 type link struct {
-	r  io.Reader
-	mu sync.Mutex
-	w  io.Writer // guarded by mu
+	r io.Reader
+	// max bounds the frames recv accepts; 0 means maxFrame.
+	max uint32
+	mu  sync.Mutex
+	w   io.Writer // guarded by mu
 }
 
 // frame is one frame read from a link.
@@ -90,8 +92,12 @@ func (l *link) recv() (frame, error) {
 	if k < frameHello || k > frameErr {
 		return frame{}, fmt.Errorf("microvm link: unknown frame kind %d", k)
 	}
-	if n > maxFrame {
-		return frame{}, fmt.Errorf("microvm link: frame of %d bytes exceeds %d", n, maxFrame)
+	limit := uint32(maxFrame)
+	if l.max > 0 {
+		limit = l.max
+	}
+	if n > limit {
+		return frame{}, fmt.Errorf("microvm link: frame of %d bytes exceeds %d", n, limit)
 	}
 	b := make([]byte, idLen+int(n))
 	if _, err := io.ReadFull(l.r, b); err != nil {

@@ -126,7 +126,7 @@ func vmm() error {
 		<-exited
 		return err
 	}
-	l := &link{r: conn, w: conn}
+	l := &link{r: conn, w: conn, max: hostMaxFrame}
 	if err := helloAndPlan(l, c, exited); err != nil {
 		_ = qemu.Process.Kill()
 		<-exited
@@ -333,6 +333,14 @@ func helloAndPlan(l *link, c VMMConfig, exited <-chan struct{}) error {
 	return l.send(framePlan, "", c.Plan)
 }
 
+// fromGuest are the control messages the launcher passes from the guest
+// to the supervisor.
+var fromGuest = map[Kind]bool{MsgReady: true, MsgError: true, MsgStarted: true, MsgExit: true}
+
+// hostMaxFrame bounds a frame the host reads: the guest sends control
+// messages and output, never a plan.
+const hostMaxFrame = maxMessage + 64<<10
+
 // hostExec is an exec the supervisor started: its fds on the host.
 type hostExec struct {
 	out, errw *os.File
@@ -385,6 +393,13 @@ func bridgeHost(l *link) {
 			case frameCtl:
 				m, err := f.msg()
 				if err != nil {
+					return
+				}
+				// The guest is the sandbox: only what the init reports
+				// about itself and its execs passes (never listeners, a
+				// broker or mounts, which would carry host fds).
+				if !fromGuest[m.Type] {
+					_ = Send(ControlFD, Message{Type: MsgError, Stage: "microvm", Error: fmt.Sprintf("the guest sent a %q control message, which never comes from a guest", m.Type)})
 					return
 				}
 				if Send(ControlFD, m) != nil {
