@@ -111,7 +111,7 @@ func (w *Writer) header(name string, mode, size uint32) error {
 	case w.names[clean]:
 		return fmt.Errorf("initramfs: entry %q added twice", clean)
 	case clean == "TRAILER!!!":
-		return errors.New("initramfs: an entry may not be named TRAILER!!!")
+		return errors.New(`initramfs: an entry may not be named "TRAILER!!!" (the archive's end marker)`)
 	}
 	if dir := path.Dir(clean); dir != "." && !w.names[dir] {
 		return fmt.Errorf("initramfs: %q added before its folder %q", clean, dir)
