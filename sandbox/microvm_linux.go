@@ -83,6 +83,9 @@ type guestKernel struct {
 	version string // uname -r of the guest
 	image   string // /boot/vmlinuz-VERSION
 	modules string // /lib/modules/VERSION
+	// boot is what QEMU boots: the uncompressed kernel (microvmVmlinux),
+	// or image.
+	boot string
 }
 
 // findGuestKernel picks the newest installed Debian kernel whose module
@@ -136,6 +139,7 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
+	k.boot = microvmVmlinux(k)
 	// No stage (writes are made in place): the staging holds the grant
 	// roots the launcher sends, for a session's file API.
 	if b.stage, err = openStaging(b.pl); err != nil {
@@ -254,6 +258,52 @@ func microvmInitramfs(exe string, k guestKernel) (string, error) {
 	return out, nil
 }
 
+// microvmVmlinux returns the uncompressed kernel of k, extracted once
+// into the cache (initramfs.Vmlinux: QEMU boots it through its PVH entry,
+// which saves the seconds the bzImage spends decompressing itself under
+// emulation), or the bzImage itself when it cannot be extracted.
+func microvmVmlinux(k guestKernel) string {
+	f, err := os.Open(k.image)
+	if err != nil {
+		return k.image // QEMU names the error
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return k.image
+	}
+	out := filepath.Join(microvmCache, fmt.Sprintf("vmlinux-%s-%d-%d", k.version, st.Size(), st.ModTime().Unix()))
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	tmp, err := os.CreateTemp(microvmCache, ".vmlinux-")
+	if err != nil {
+		return k.image
+	}
+	defer os.Remove(tmp.Name())
+	err = initramfs.Vmlinux(f, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), out)
+	}
+	if err != nil {
+		return k.image // slower, not weaker
+	}
+	if old, _ := filepath.Glob(filepath.Join(microvmCache, "vmlinux-"+k.version+"-*")); len(old) > 1 {
+		for _, p := range old {
+			if p != out {
+				_ = os.Remove(p) // an earlier build of this release
+			}
+		}
+	}
+	return out
+}
+
 // microvmKeep is how many initramfs images the cache keeps: one per
 // airlock-init build, so a developer's rebuilds do not fill the disk.
 const microvmKeep = 8
@@ -333,7 +383,7 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 		}
 	}
 	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, Grants: grants, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
-		Files: map[string]string{"vmlinuz": k.image, "initrd": initrd}, Exports: exports, ExportFiles: files, Plan: raw, Boot: microvmBoot})
+		Files: map[string]string{"vmlinuz": k.boot, "initrd": initrd}, Exports: exports, ExportFiles: files, Plan: raw, Boot: microvmBoot})
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,11 @@ package initramfs_test
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -137,5 +141,56 @@ func TestModules(t *testing.T) {
 	list := ents[len(ents)-1]
 	if list.name != "modules" || !strings.HasSuffix(list.data, "/m/9p.ko\n") || !strings.Contains(list.data, "/m/9pnet.ko\n") {
 		t.Fatalf("module list = %+v", list)
+	}
+}
+
+// TestVmlinux extracts the installed guest kernel from its bzImage: the
+// result is the ELF kernel with its PVH note, byte for byte what xz(1)
+// makes of the payload (so the x86 branch filter is undone exactly).
+func TestVmlinux(t *testing.T) {
+	images, _ := filepath.Glob("/boot/vmlinuz-*")
+	if len(images) == 0 {
+		airtest.SkipOrFail(t, "no kernel image in /boot: apt-get install linux-image-amd64")
+	}
+	f, err := os.Open(images[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got bytes.Buffer
+	if err := initramfs.Vmlinux(f, &got); err != nil {
+		t.Fatalf("Vmlinux(%s): %v", images[0], err)
+	}
+	if _, err := elf.NewFile(bytes.NewReader(got.Bytes())); err != nil {
+		t.Fatalf("Vmlinux(%s) is not ELF: %v", images[0], err)
+	}
+	xzBin, err := exec.LookPath("xz")
+	if err != nil {
+		airtest.SkipOrFail(t, "xz(1) is not installed, to compare with: %v", err)
+	}
+	hdr := make([]byte, 0x250)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		t.Fatal(err)
+	}
+	setup := int64(hdr[0x1f1])
+	if setup == 0 {
+		setup = 4
+	}
+	off := (setup+1)*512 + int64(binary.LittleEndian.Uint32(hdr[0x248:]))
+	cmd := exec.Command(xzBin, "-dc")
+	cmd.Stdin = io.NewSectionReader(f, off, int64(binary.LittleEndian.Uint32(hdr[0x24c:])))
+	want, err := cmd.Output()
+	if err != nil {
+		t.Skipf("xz -dc on %s's payload: %v (not xz-compressed?)", images[0], err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("Vmlinux(%s): %d bytes differ from xz -dc's %d", images[0], got.Len(), len(want))
+	}
+}
+
+// TestVmlinuxRefuses: what is not a bzImage is refused.
+func TestVmlinuxRefuses(t *testing.T) {
+	if err := initramfs.Vmlinux(bytes.NewReader(make([]byte, 4096)), io.Discard); err == nil || !strings.Contains(err.Error(), "not a bzImage") {
+		t.Fatalf("Vmlinux(zeros) = %v, want not a bzImage", err)
 	}
 }
