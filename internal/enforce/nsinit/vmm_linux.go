@@ -112,7 +112,9 @@ func vmm() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	qemu := &exec.Cmd{Path: c.QEMU[0], Args: c.QEMU, Env: []string{}, Stdout: os.Stderr, Stderr: os.Stderr,
+	console := &consoleTail{}
+	out := io.MultiWriter(os.Stderr, console)
+	qemu := &exec.Cmd{Path: c.QEMU[0], Args: c.QEMU, Env: []string{}, Stdout: out, Stderr: out,
 		SysProcAttr: &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL, Setsid: true}}
 	if err := qemu.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", c.QEMU[0], err)
@@ -124,13 +126,13 @@ func vmm() error {
 	if err != nil {
 		_ = qemu.Process.Kill()
 		<-exited
-		return err
+		return console.explain(err)
 	}
 	l := &link{r: conn, w: conn, max: hostMaxFrame}
 	if err := helloAndPlan(l, c, exited); err != nil {
 		_ = qemu.Process.Kill()
 		<-exited
-		return err
+		return console.explain(err)
 	}
 	go func() { <-exited; conn.Close() }()
 	bridgeHost(l)
@@ -267,6 +269,35 @@ func vmmRoot(c *VMMConfig, trees []int) (net.Listener, error) {
 	return ln, nil
 }
 
+// consoleTail keeps the end of QEMU's output (its errors, the guest's
+// console), for the error that says why a VM never came up.
+type consoleTail struct {
+	mu  sync.Mutex
+	buf []byte // guarded by mu
+}
+
+const consoleKeep = 2 << 10
+
+func (t *consoleTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > consoleKeep {
+		t.buf = t.buf[len(t.buf)-consoleKeep:]
+	}
+	return len(p), nil
+}
+
+// explain adds the end of the console to err.
+func (t *consoleTail) explain(err error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := strings.TrimSpace(string(t.buf)); s != "" {
+		return fmt.Errorf("%w; QEMU and the guest said: %s", err, s)
+	}
+	return err
+}
+
 // sendExportedGrants opens each grant root in the export, as QEMU serves
 // it to the guest, and sends them to the supervisor.
 func sendExportedGrants(grants []string) error {
@@ -300,7 +331,7 @@ func acceptBefore(ln net.Listener, exited <-chan struct{}, wait time.Duration) (
 	case r := <-ch:
 		return r.c, r.err
 	case <-exited:
-		return nil, errors.New("QEMU exited before it connected the link (its error is on the launcher's stderr)")
+		return nil, errors.New("QEMU exited before it connected the link")
 	case <-time.After(wait):
 		return nil, fmt.Errorf("QEMU did not connect the link in %s", wait)
 	}
@@ -326,7 +357,7 @@ func helloAndPlan(l *link, c VMMConfig, exited <-chan struct{}) error {
 			return fmt.Errorf("the guest did not boot: %w", err)
 		}
 	case <-exited:
-		return errors.New("the guest powered off before it was up (its console is on the launcher's stderr)")
+		return errors.New("the guest powered off before it was up")
 	case <-time.After(boot):
 		return fmt.Errorf("the guest did not boot in %s", boot)
 	}
