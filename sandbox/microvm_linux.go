@@ -377,12 +377,17 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 		}
 	}
 	var grants []string
+	var narrow []nsinit.VMMNarrow
 	for _, m := range b.pl.Mounts {
 		if m.Grant() {
 			grants = append(grants, m.Source)
 		}
+		if m.Kind == plan.KindHide || m.Kind == plan.KindReadonly {
+			// No placed grants here: a path inside is the host's path.
+			narrow = append(narrow, nsinit.VMMNarrow{Path: m.Target, Hide: m.Kind == plan.KindHide})
+		}
 	}
-	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, Grants: grants, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
+	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, Grants: grants, Narrow: narrow, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
 		Files: map[string]string{"vmlinuz": k.boot, "initrd": initrd}, Exports: exports, ExportFiles: files, Plan: raw, Boot: microvmBoot})
 	if err != nil {
 		return nil, err

