@@ -70,7 +70,7 @@ const microvmBoot = 60 * time.Second
 const microvmCache = "/var/cache/airlock/microvm"
 
 var weakerMicroVM = []string{
-	"microvm: the guest has no network device at all: net_hosts is refused (egress through airlock's proxy over a host-guest channel is not built yet)",
+	"microvm: the guest has no network device: egress is airlock's proxy only (HTTP_PROXY and ALL_PROXY on the sandbox's loopback, carried over a virtio-serial port); programs that ignore the proxy variables reach nothing (no transparent egress)",
 	"microvm: max_cpu is RLIMIT_CPU per process inside the guest; the whole tree is bounded only by the guest's single vCPU and max_wall",
 	"microvm: a command killed by the guest's cgroup (max_memory, max_pids) is reported as its own failure (a signal, EAGAIN), not as halted_by",
 	"microvm: filesystem denials are not reported",
@@ -116,8 +116,18 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if !namespace.HostAdmin() {
 		return nil, errors.New("isolation microvm needs root on the host (the VMM's sandbox maps it to an unprivileged host uid and idmaps the grants), which this process lacks: run as root, or use the default isolation")
 	}
+	if len(b.cfg.Policy.Credentials()) > 0 {
+		return nil, errors.New("isolation microvm does not inject credentials yet (the guest would need the run's CA in its trust bundle): drop credentials, or use the default isolation")
+	}
+	// The guest has no network device: its only way out is the proxy's
+	// ports on the sandbox's loopback, carried over the link. No connect
+	// broker there, so no transparent egress.
+	var err error
+	if b.pl, err = plan.WithoutTransparentEgressCopy(b.pl); err != nil {
+		return nil, err
+	}
 	if b.pl.Proxy {
-		return nil, errors.New("isolation microvm gives the guest no network at all, and egress through airlock's proxy into a microVM is not built yet: drop net_hosts, or use the default isolation (namespaces) or gvisor for a policy with net_hosts")
+		b.enf.Egress = EgressProxy
 	}
 	if b.cfg.Policy.Rootfs() != "" || b.cfg.Policy.Placed() {
 		return nil, errors.New("isolation microvm shares the host's paths with the guest where they are: an environment (rootfs) and placed grants (HOST:INSIDE) are not supported there yet; drop them, or use the default isolation")
@@ -387,7 +397,7 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 			narrow = append(narrow, nsinit.VMMNarrow{Path: m.Target, Hide: m.Kind == plan.KindHide})
 		}
 	}
-	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, Grants: grants, Narrow: narrow, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
+	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, Grants: grants, Narrow: narrow, Proxy: b.pl.Proxy, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
 		Files: map[string]string{"vmlinuz": k.boot, "initrd": initrd}, Exports: exports, ExportFiles: files, Plan: raw, Boot: microvmBoot})
 	if err != nil {
 		return nil, err

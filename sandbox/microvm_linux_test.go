@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -81,11 +82,13 @@ func qemuPids() []int {
 // TestIsolationMicroVM: in one boot, a granted file is read and an
 // fs_write grant receives the output (owned by the caller), credentials
 // outside the grants do not exist, an fs_deny path inside a grant is
-// hidden and an existing git hooks folder is read-only, no connection reaches a listener on the
-// host's loopback (or anywhere: the guest has no network device), the
-// command runs on the guest's own kernel, and the report names the backend,
-// the guest kernel and the accelerator. Then the refusals that need no
-// boot, the deadline and the output cap from the host.
+// hidden and an existing git hooks folder is read-only, the granted host
+// answers through airlock's proxy (carried over the link) while a denied
+// host and a listener on the host's loopback get no connection (the guest
+// has no network device), the command runs on the guest's own kernel, and
+// the report names the backend, the guest kernel, the accelerator and the
+// denied host. Then the refusals that need no boot, the deadline and the
+// output cap from the host.
 func TestIsolationMicroVM(t *testing.T) {
 	init := requireMicroVM(t)
 	tr := newTree(t)
@@ -108,9 +111,17 @@ func TestIsolationMicroVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	gitRepo(t, tr.out)
+	var allowedHits, deniedHits atomic.Int32
+	allowed := serve(t, &allowedHits, "hello from allowed")
+	deniedHost := serve(t, &deniedHits, "nope")
 	code := fmt.Sprintf(`
-import os, socket, sys
+import os, socket, sys, urllib.request
 bad = []
+print(urllib.request.urlopen("http://%s/", timeout=20).read().decode())
+try:
+    urllib.request.urlopen("http://%s/", timeout=20).read(); bad.append("denied host reached")
+except Exception:
+    pass
 print(open(%q).read().strip())
 open(%q, "w").write("written in the guest")
 try:
@@ -129,18 +140,22 @@ for h, port in [(%q, %s), ("10.0.2.2", 80), ("1.1.1.1", 443)]:
         pass
 print("kernel", os.uname().release)
 print("bad", bad)
-sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/vm.txt", tr.out+"/.git/hooks/post-checkout", tr.secret, filepath.Join(tr.home, ".aws", "credentials"),
+sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/vm.txt", tr.out+"/.git/hooks/post-checkout", tr.secret, filepath.Join(tr.home, ".aws", "credentials"),
 		filepath.Join(denied, "key.pem"), host[0], host[1])
-	rep := runVM(t, init, policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out}, FSDeny: []string{denied}, AllowDowngrade: []string{"staged_writes"}}, "/usr/bin/python3", "-c", code)
+	rep := runVM(t, init, policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out}, FSDeny: []string{denied}, NetHosts: []string{allowed},
+		AllowDowngrade: []string{"staged_writes"}}, "/usr/bin/python3", "-c", code)
 	wantExit(t, rep, 0)
-	if !strings.Contains(rep.Stdout, "x,y") || !strings.Contains(rep.Stdout, "bad []") {
+	if !strings.Contains(rep.Stdout, "hello from allowed") || !strings.Contains(rep.Stdout, "x,y") || !strings.Contains(rep.Stdout, "bad []") {
 		t.Fatalf("stdout = %q, stderr = %q", rep.Stdout, rep.Stderr)
 	}
-	if hits.Load() != 0 {
-		t.Fatalf("the host's loopback listener got %d connections from the guest", hits.Load())
+	if hits.Load() != 0 || deniedHits.Load() != 0 {
+		t.Fatalf("the host's loopback listener got %d connections from the guest, the denied server %d", hits.Load(), deniedHits.Load())
+	}
+	if !slices.ContainsFunc(rep.Denials, func(d sandbox.Denial) bool { return d.Rule == "net_hosts" && d.Target == deniedHost }) {
+		t.Fatalf("the report has no net_hosts denial of %s: %+v", deniedHost, rep.Denials)
 	}
 	e := rep.Enforcement
-	if e.Backend != "microvm" || e.Platform != "qemu-microvm/tcg" || e.GuestKernel == "" || e.Landlock == 0 || !e.Seccomp || !e.Namespaces {
+	if e.Backend != "microvm" || e.Platform != "qemu-microvm/tcg" || e.GuestKernel == "" || e.Landlock == 0 || !e.Seccomp || !e.Namespaces || e.Egress != "proxy" {
 		t.Fatalf("enforcement = %+v", e)
 	}
 	hostRelease, err := os.ReadFile("/proc/sys/kernel/osrelease")
@@ -170,7 +185,6 @@ sys.exit(1 if bad else 0)`, tr.work+"/data.csv", tr.out+"/vm.txt", tr.out+"/.git
 			spec policy.Spec
 			want string
 		}{
-			{"net_hosts", policy.Spec{NetHosts: []string{"example.com"}}, "drop net_hosts"},
 			{"fs_write-folder-needs-staged-writes", policy.Spec{FSWrite: []string{tr.out}}, "staged_writes"},
 		} {
 			rep := runVM(t, init, c.spec, "/bin/true")

@@ -276,6 +276,8 @@ func startGuestInit(self, group *os.File, pl *plan.Plan, raw []byte) (int, *exec
 func bridgeGuest(l *link, sock int) {
 	var mu sync.Mutex
 	stdin := map[string]*os.File{} // guarded by mu: exec ID -> the write end of its stdin
+	pc := newProxyConns(l)
+	defer pc.closeAll()
 	done := make(chan struct{}, 2)
 	go func() { // the init's messages to the host; fds stay in the guest
 		defer func() { done <- struct{}{} }()
@@ -284,9 +286,13 @@ func bridgeGuest(l *link, sock int) {
 			if err != nil {
 				return
 			}
+			if m.Type == MsgListeners {
+				serveGuestListeners(pc, fds) // the proxy's ports, carried to the host
+				continue
+			}
 			closeAll(fds)
-			if m.Type == MsgMounts || m.Type == MsgListeners || m.Type == MsgBroker {
-				continue // the host serves nothing of the guest's (no proxy: no network)
+			if m.Type == MsgMounts || m.Type == MsgBroker {
+				continue // the host's file API has its own roots; no broker without transparent egress
 			}
 			if m.Type == MsgExit {
 				unix.Sync() // what the command wrote reaches the host before the VM may be killed
@@ -320,6 +326,8 @@ func bridgeGuest(l *link, sock int) {
 				if Send(sock, m) != nil {
 					return
 				}
+			case frameConn:
+				pc.data(f.id, f.data)
 			case frameIn:
 				mu.Lock()
 				w := stdin[f.id]

@@ -37,6 +37,8 @@ const (
 	frameIn
 	frameOut
 	frameErr
+	frameOpen // a connection accepted on the guest's proxy listener data[0]
+	frameConn // a proxy connection's bytes, either way
 )
 
 // maxFrame bounds a frame's payload: a plan (at most maxPlan) is the largest.
@@ -89,7 +91,7 @@ func (l *link) recv() (frame, error) {
 		return frame{}, err
 	}
 	k, idLen, n := frameKind(h[0]), int(h[1]), binary.BigEndian.Uint32(h[2:])
-	if k < frameHello || k > frameErr {
+	if k < frameHello || k > frameConn {
 		return frame{}, fmt.Errorf("microvm link: unknown frame kind %d", k)
 	}
 	limit := uint32(maxFrame)

@@ -60,6 +60,9 @@ type VMMConfig struct {
 	// host paths: the launcher opens each in its export and sends them to
 	// the supervisor's file API ("mounts").
 	Grants []string `json:"grants"`
+	// Proxy makes the launcher listen on VMMProxySockets and send them to
+	// the supervisor, and carry the guest's proxy connections to them.
+	Proxy bool `json:"proxy,omitempty"`
 	// Plan is the guest's plan (plan.Plan binary).
 	Plan []byte `json:"plan"`
 	// Boot bounds the wait for the guest's hello.
@@ -275,6 +278,12 @@ func vmmRoot(c *VMMConfig, trees []int) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for the link: %w", err)
 	}
+	if c.Proxy {
+		if err := listenProxySockets(); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
 	// The root itself (and the export's skeleton) is read-only from here.
 	if err := unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		ln.Close()
@@ -440,6 +449,8 @@ type hostExec struct {
 func bridgeHost(l *link) {
 	var mu sync.Mutex
 	execs := map[string]*hostExec{} // guarded by mu
+	pc := newProxyConns(l)
+	defer pc.closeAll()
 	done := make(chan struct{}, 2)
 	go func() { // the supervisor's messages to the guest
 		defer func() { done <- struct{}{} }()
@@ -494,6 +505,10 @@ func bridgeHost(l *link) {
 				if Send(ControlFD, m) != nil {
 					return
 				}
+			case frameOpen:
+				openFromGuest(pc, f.id, f.data)
+			case frameConn:
+				pc.data(f.id, f.data)
 			case frameOut, frameErr:
 				mu.Lock()
 				x := execs[f.id]
