@@ -154,7 +154,8 @@ const (
 	IsolationGVisor = "gvisor"
 	// IsolationMicroVM runs the sandbox in a microVM: QEMU's microvm
 	// machine boots a guest kernel of its own, in which airlock's init
-	// applies the same plan; no network. Root only.
+	// applies the same plan; no network device: egress only through
+	// airlock's proxy, carried over a virtio-serial port. Root only.
 	IsolationMicroVM = "microvm"
 )
 

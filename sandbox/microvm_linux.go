@@ -36,8 +36,10 @@ import (
 // plan's bind sources, and runs the same init with the same plan in new
 // namespaces of the guest kernel (mounts, Landlock, seccomp, capabilities,
 // rlimits), with the plan's pids and memory limits on a cgroup of the
-// guest's. The guest has no network device. The control protocol crosses
-// a virtio-serial port (internal/enforce/nsinit, vmlink.go).
+// guest's. The guest has no network device: the proxy's ports on the
+// sandbox's loopback are carried to the supervisor's egress proxy. The
+// control protocol, the output and those connections cross one
+// virtio-serial port (internal/enforce/nsinit, vmlink.go, vmproxy_linux.go).
 //
 // QEMU itself runs in a sandbox of airlock's on the host: the VMM
 // launcher, pid 1 of new user, mount, pid, net, ipc and uts namespaces as
