@@ -57,6 +57,14 @@ var microvmModules = []string{"virtio_mmio", "virtio_console", "9pnet_virtio", "
 // max_memory).
 const microvmGuestOverhead = 128 << 20
 
+// What the host's cgroup gives the VMM launcher and QEMU beyond the
+// guest's RAM (QEMU itself, its 64 MiB translation cache, 9p buffers),
+// and their threads (QEMU's 9p worker pool grows to 64).
+const (
+	microvmVMMMemory = 256 << 20
+	microvmVMMPids   = 256
+)
+
 // microvmBoot bounds the boot, under software emulation.
 const microvmBoot = 60 * time.Second
 
@@ -66,7 +74,7 @@ const microvmCache = "/var/cache/airlock/microvm"
 
 var weakerMicroVM = []string{
 	"microvm: the guest has no network device: egress is airlock's proxy only (HTTP_PROXY and ALL_PROXY on the sandbox's loopback, carried over a virtio-serial port); programs that ignore the proxy variables reach nothing (no transparent egress)",
-	"microvm: max_cpu is RLIMIT_CPU per process inside the guest; the whole tree is bounded only by the guest's single vCPU and max_wall",
+	"microvm: max_cpu counts the whole VM's CPU time (QEMU's: the boot and the emulation's own cost too), so a program gets less than max_cpu of its own; max_memory is the guest's sandbox cgroup, and the VM as a whole gets 128 MiB of guest RAM and 256 MiB for QEMU more",
 	"microvm: a command killed by the guest's cgroup (max_memory, max_pids) is reported as its own failure (a signal, EAGAIN), not as halted_by",
 	"microvm: filesystem denials are not reported",
 	"microvm: software emulation (TCG): a boot costs seconds, and programs run several times slower than on the host",
@@ -98,9 +106,6 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if b.cfg.Policy.Rootfs() != "" || b.cfg.Policy.Placed() {
 		return nil, errors.New("isolation microvm shares the host's paths with the guest where they are: an environment (rootfs) and placed grants (HOST:INSIDE) are not supported there yet; drop them, or use the default isolation")
 	}
-	if !b.cfg.Policy.AcceptsDowngrade(policy.DowngradeCPU) {
-		return nil, errors.New("isolation microvm enforces max_cpu per process (RLIMIT_CPU inside the guest), not for the whole tree (the guest's single vCPU and max_wall bound that): add max_cpu to allow_downgrade to accept it")
-	}
 	if _, err := os.Stat(microvmQEMU); err != nil {
 		return nil, fmt.Errorf("isolation microvm needs QEMU (%s: %v): apt-get install qemu-system-x86", microvmQEMU, err)
 	}
@@ -121,9 +126,26 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if b.stage, err = openStaging(b.pl); err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*control, error) {
+	// The host's cgroup holds the VMM launcher and QEMU: the VM's memory
+	// (the guest's RAM, QEMU's own and its translation cache) and threads
+	// are bounded, and max_cpu counts QEMU's CPU time, the whole VM's.
+	vmLim := b.pl.Limits
+	vmLim.Memory = microvmRAM(b.pl) + microvmVMMMemory
+	vmLim.Pids = microvmVMMPids
+	if b.lim, err = newLimits(vmLim, b.sink); err != nil {
 		b.stage.close()
-		b.stage = nil
+		return nil, err
+	}
+	if b.lim.group != nil {
+		b.enf.Cgroup = b.lim.host.Version
+	}
+	for _, d := range b.lim.downgrades {
+		b.downgraded(policy.Downgrade(d))
+	}
+	fail := func(err error) (*control, error) {
+		b.lim.finish(b)
+		b.stage.close()
+		b.stage, b.lim = nil, nil
 		return nil, err
 	}
 	ociJanitor() // the work folders of supervisors that died (named as OCI's are)
@@ -143,7 +165,6 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	b.enf.Platform = "qemu-microvm/tcg"
 	b.enf.GuestKernel = k.version
 	b.enf.FSDenials = "not reported under isolation microvm"
-	b.downgraded(policy.DowngradeCPU)
 	b.enf.Weaker = append(b.enf.Weaker, weakerMicroVM...)
 	ctl, err := startVMM(b, k, initrd, tmp)
 	if err != nil {
@@ -187,7 +208,7 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
-	memMiB := (max(b.pl.Limits.Memory, 64<<20) + microvmGuestOverhead) >> 20
+	memMiB := microvmRAM(b.pl) >> 20
 	qemu := []string{microvmQEMU,
 		"-M", "microvm,x-option-roms=off,rtc=on",
 		"-accel", "tcg,tb-size=64",
@@ -262,7 +283,15 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 		}, WaitDelay: time.Second}
 	ctl := newControl(cmd, pair[0])
 	cmd.Stdout, cmd.Stderr = ctl.stderr, ctl.stderr
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if b.lim.group != nil {
+		start = func() error { return b.lim.group.Start(cmd) } // in the group from its first instruction
+	}
+	if err := start(); err != nil {
+		if cmd.Process != nil {
+			_ = cmd.Process.Kill() // it waits for its configuration: it ran nothing
+			_ = cmd.Wait()
+		}
 		ctl.close()
 		return nil, fmt.Errorf("start the VMM launcher: %w", err)
 	}
@@ -289,7 +318,16 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 		return fail(fmt.Errorf("start the VMM launcher: %w (%s)", err, ctl.why()))
 	}
 	b.sandboxID = id
+	if b.lim.group != nil {
+		ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
+	}
 	return ctl, nil
+}
+
+// microvmRAM is the guest's RAM: max_memory for the sandbox's cgroup in
+// the guest, and microvmGuestOverhead for the guest's kernel and init.
+func microvmRAM(pl *plan.Plan) int64 {
+	return max(pl.Limits.Memory, 64<<20) + microvmGuestOverhead
 }
 
 // microvmExports returns the plan's bind sources the guest needs, once

@@ -47,7 +47,6 @@ func runVM(t *testing.T, init string, spec policy.Spec, argv ...string) *sandbox
 	if spec.Budget.Wall == 0 {
 		spec.Budget.Wall = 60 * time.Second
 	}
-	spec.AllowDowngrade = append(spec.AllowDowngrade, "max_cpu")
 	p, err := policy.New(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +88,8 @@ func qemuPids() []int {
 // host and a listener on the host's loopback get no connection (the guest
 // has no network device), the command runs on the guest's own kernel, and
 // the report names the backend, the guest kernel, the accelerator and the
-// denied host. Then the refusals that need no boot, the deadline and the
-// output cap from the host.
+// denied host. Then the refusals that need no boot, and the deadline,
+// max_cpu and the output cap, from the host.
 func TestIsolationMicroVM(t *testing.T) {
 	init := requireMicroVM(t)
 	tr := newTree(t)
@@ -206,14 +205,6 @@ sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/v
 				t.Errorf("%s: exit %d, error %q; want 125 naming %q", c.name, rep.ExitCode, rep.Error, c.want)
 			}
 		}
-		p, err := policy.New(policy.Spec{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationMicroVM, Executable: init}, Args: []string{"/bin/true"}, CommandIsGranted: true}).Run(context.Background())
-		if err != nil || rep.ExitCode != 125 || !strings.Contains(rep.Error, "max_cpu") {
-			t.Errorf("without max_cpu accepted: %+v, %v; want 125 naming max_cpu", rep, err)
-		}
 	})
 	t.Run("deadline", func(t *testing.T) {
 		start := time.Now()
@@ -224,6 +215,15 @@ sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/v
 		}
 		if p := qemuPids(); len(p) != 0 {
 			t.Fatalf("QEMU outlived the deadline: %v", p)
+		}
+	})
+	t.Run("max_cpu", func(t *testing.T) {
+		// The host's cgroup counts the VM's CPU: a guest spinning past
+		// max_cpu is halted from the host.
+		rep := runVM(t, init, policy.Spec{Budget: budget.Limits{CPU: 4 * time.Second, Wall: 60 * time.Second}}, "/bin/sh", "-c", "while :; do :; done")
+		wantHalt(t, rep, budget.MaxCPU)
+		if rep.Enforcement.Cgroup == "" {
+			t.Fatalf("no host cgroup around the VM: %+v", rep.Enforcement)
 		}
 	})
 	t.Run("output-cap", func(t *testing.T) {
@@ -238,14 +238,14 @@ sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/v
 // SIGKILLed, QEMU and the VMM launcher die with it (the launcher is pid 1
 // of their pid namespace, tied to the supervisor by its death signal), no
 // socket is left (the link's lives in the launcher's own root), and the
-// next microVM run's janitor removes the work folder.
+// next runs' janitors remove the work folder and the VM's cgroup.
 func TestIsolationMicroVMKilled(t *testing.T) {
 	init := requireMicroVM(t)
 	dir := filepath.Dir(init)
 	goBuild(t, "../cmd/airlock", filepath.Join(dir, "airlock"))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "airlock"), "run", "--isolation", "microvm", "--allow-downgrade", "max_cpu", "--max-wall", "90s",
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "airlock"), "run", "--isolation", "microvm", "--max-wall", "90s",
 		"--", "/bin/sh", "-c", "echo up; while :; do :; done")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -275,6 +275,12 @@ func TestIsolationMicroVMKilled(t *testing.T) {
 		t.Fatal("no QEMU process while the guest runs: the check below would prove nothing")
 	}
 	killed := cmd.Process.Pid
+	start, err := procStartTime(killed)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	cgroupDirs := ownCgroupDirs(t)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if !waitFor(20*time.Second, func() bool { return len(qemuPids()) == 0 && len(marked(t, nsinitVMM)) == 0 }) {
@@ -287,10 +293,25 @@ func TestIsolationMicroVMKilled(t *testing.T) {
 	if len(leftovers()) == 0 {
 		t.Fatal("the killed supervisor left no work folder: the janitor check below would prove nothing")
 	}
+	killedBy := map[owner]bool{{killed, start}: true}
+	if len(groupsOf(t, cgroupDirs, killedBy)) == 0 {
+		t.Fatal("the killed supervisor left no cgroup around its VM: the janitor check below would prove nothing")
+	}
 	rep := runVM(t, init, policy.Spec{}, "/bin/true")
 	wantExit(t, rep, 0)
 	if l := leftovers(); len(l) != 0 {
 		t.Fatalf("the janitor left %v", l)
+	}
+	// The cgroup janitor's shared pass has a cooldown (as in
+	// TestSupervisorKill): later runs past it must remove the group.
+	left := groupsOf(t, cgroupDirs, killedBy)
+	for try := 0; len(left) > 0 && try < 3; try++ {
+		time.Sleep(1500 * time.Millisecond)
+		wantExit(t, run(t, policy.Spec{}, "/bin/true"), 0)
+		left = groupsOf(t, cgroupDirs, killedBy)
+	}
+	if len(left) > 0 {
+		t.Fatalf("the cgroup of the killed supervisor's VM survived the next runs' janitors: %v", left)
 	}
 }
 
@@ -314,7 +335,7 @@ func TestIsolationMicroVMSession(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(private, "key.pem"), []byte("DENIED-KEY"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p, err := policy.New(policy.Spec{FSWrite: []string{tr.out}, FSDeny: []string{private}, AllowedTools: []string{"sh", "sleep", "cat"}, AllowDowngrade: []string{"staged_writes", "max_cpu"},
+	p, err := policy.New(policy.Spec{FSWrite: []string{tr.out}, FSDeny: []string{private}, AllowedTools: []string{"sh", "sleep", "cat"}, AllowDowngrade: []string{"staged_writes"},
 		Budget: budget.Limits{Wall: 90 * time.Second}})
 	if err != nil {
 		t.Fatal(err)

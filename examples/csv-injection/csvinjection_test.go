@@ -144,7 +144,7 @@ func TestCSVInjection(t *testing.T) {
 		if m, _ := filepath.Glob("/lib/modules/*/kernel/fs/9p/9p.ko"); len(m) == 0 {
 			airtest.SkipOrFail(t, "no guest kernel with the 9p modules (/lib/modules/*/kernel/fs/9p/9p.ko): apt-get install linux-image-amd64")
 		}
-		testCSVInjection(t, buildStatic(t), true, "--isolation", "microvm", "--allow-downgrade", "staged_writes,max_cpu")
+		testCSVInjection(t, buildStatic(t), true, "--isolation", "microvm", "--allow-downgrade", "staged_writes")
 	})
 }
 

@@ -244,12 +244,12 @@ func contenders(ctx context.Context, work, airlockBin string, n int) ([]*Contend
 			"ptrace on this host), with airlock's proxy, deadline, output capture and report around it",
 		command: plain(airlockBin, "run", "--isolation", "gvisor")})
 	cs = append(cs, &Contender{Name: "airlock-microvm",
-		Equivalence: "airlock run --isolation microvm --allow-downgrade max_cpu with the default policy: QEMU's microvm machine under " +
+		Equivalence: "airlock run --isolation microvm with the default policy: QEMU's microvm machine under " +
 			"software emulation (TCG; KVM guests hang on this host) boots the guest kernel with airlock's initramfs, whose init applies " +
 			"the same plan in the guest; QEMU in airlock's namespace sandbox on the host; deadline, output capture and report from the host. " +
 			"Measured in 1 round of 10 or more (each run boots a VM)",
 		Every:   max(1, n/10),
-		command: plain(airlockBin, "run", "--isolation", "microvm", "--allow-downgrade", "max_cpu")})
+		command: plain(airlockBin, "run", "--isolation", "microvm")})
 	for _, c := range cs {
 		if c.command == nil || c.Reason != "" {
 			continue

@@ -37,7 +37,7 @@ type MicroVMSession struct {
 // microvmSession opens a session under isolation microvm and times n
 // Execs of /usr/bin/true after two warm-up ones.
 func microvmSession(ctx context.Context, n int) *MicroVMSession {
-	p, err := policy.Parse([]byte("version: 1\nallowed_tools: [/usr/bin/true]\nallow_downgrade: [max_cpu]\nbudget:\n  max_wall: 5m\n  max_ops: 100000\n"), policy.ParseOptions{})
+	p, err := policy.Parse([]byte("version: 1\nallowed_tools: [/usr/bin/true]\nbudget:\n  max_wall: 5m\n  max_ops: 100000\n"), policy.ParseOptions{})
 	if err != nil {
 		return &MicroVMSession{Note: "policy: " + err.Error()}
 	}
