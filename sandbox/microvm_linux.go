@@ -75,7 +75,6 @@ const microvmCache = "/var/cache/airlock/microvm"
 var weakerMicroVM = []string{
 	"microvm: the guest has no network device: egress is airlock's proxy only (HTTP_PROXY and ALL_PROXY on the sandbox's loopback, carried over a virtio-serial port); programs that ignore the proxy variables reach nothing (no transparent egress)",
 	"microvm: max_cpu counts the whole VM's CPU time (QEMU's: the boot and the emulation's own cost too), so a program gets less than max_cpu of its own; max_memory is the guest's sandbox cgroup, and the VM as a whole gets 128 MiB of guest RAM and 256 MiB for QEMU more",
-	"microvm: a command killed by the guest's cgroup (max_memory, max_pids) is reported as its own failure (a signal, EAGAIN), not as halted_by",
 	"microvm: filesystem denials are not reported",
 	"microvm: software emulation (TCG): a boot costs seconds, and programs run several times slower than on the host",
 }

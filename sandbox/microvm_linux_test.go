@@ -88,8 +88,9 @@ func qemuPids() []int {
 // host and a listener on the host's loopback get no connection (the guest
 // has no network device), the command runs on the guest's own kernel, and
 // the report names the backend, the guest kernel, the accelerator and the
-// denied host. Then the refusals that need no boot, and the deadline,
-// max_cpu and the output cap, from the host.
+// denied host. Then the refusals that need no boot; the deadline, max_cpu
+// and the output cap, from the host; max_memory and max_pids, from the
+// guest's cgroup.
 func TestIsolationMicroVM(t *testing.T) {
 	init := requireMicroVM(t)
 	tr := newTree(t)
@@ -225,6 +226,19 @@ sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/v
 		if rep.Enforcement.Cgroup == "" {
 			t.Fatalf("no host cgroup around the VM: %+v", rep.Enforcement)
 		}
+	})
+	t.Run("max_memory", func(t *testing.T) {
+		// 150 MiB written fits the guest's RAM (max_memory + 128 MiB), not
+		// the sandbox's cgroup in the guest.
+		rep := runVM(t, init, policy.Spec{Budget: budget.Limits{Memory: 96 << 20}}, "/usr/bin/python3", "-c", "x = b'x' * (150 << 20)\nprint('allocated')")
+		wantHalt(t, rep, budget.MaxMemory)
+		if strings.Contains(rep.Stdout, "allocated") {
+			t.Fatalf("150 MiB were written under max_memory 96 MiB: %q", rep.Stdout)
+		}
+	})
+	t.Run("max_pids", func(t *testing.T) {
+		rep := runVM(t, init, policy.Spec{AllowedTools: []string{"seq", "sleep"}, Budget: budget.Limits{Pids: 16}}, "/bin/sh", "-c", "for i in $(seq 40); do sleep 5 & done; wait")
+		wantHalt(t, rep, budget.MaxPids)
 	})
 	t.Run("output-cap", func(t *testing.T) {
 		rep := runVM(t, init, policy.Spec{Budget: budget.Limits{OutputBytes: 4096}}, "/usr/bin/yes")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -84,7 +85,7 @@ func guest() error {
 	if err := pl.UnmarshalBinary(f.data); err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
-	group, err := guestCgroup(&pl)
+	group, events, err := guestCgroup(&pl)
 	if err != nil {
 		_ = l.sendMsg(Message{Type: MsgError, Stage: "guest cgroup", Error: err.Error()})
 		return err
@@ -95,7 +96,7 @@ func guest() error {
 		_ = l.sendMsg(Message{Type: MsgError, Stage: "guest", Error: err.Error()})
 		return err
 	}
-	bridgeGuest(l, sock)
+	bridgeGuest(l, sock, events)
 	_ = cmd.Process.Kill() // pid 1 of the sandbox: its namespace dies with it
 	_ = cmd.Wait()
 	return errors.New("the sandbox's init ended")
@@ -188,17 +189,17 @@ func switchRoot() error {
 
 // guestCgroup makes the sandbox's cgroup in the guest (cgroup v2) with the
 // plan's pids and memory limits, and returns it open.
-func guestCgroup(pl *plan.Plan) (*os.File, error) {
+func guestCgroup(pl *plan.Plan) (*os.File, *guestEvents, error) {
 	const root = "/sys"
 	if err := unix.Mount("cgroup2", root, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return nil, fmt.Errorf("mount cgroup2: %w", err)
+		return nil, nil, fmt.Errorf("mount cgroup2: %w", err)
 	}
 	if err := os.WriteFile(root+"/cgroup.subtree_control", []byte("+pids +memory"), 0); err != nil {
-		return nil, fmt.Errorf("enable the pids and memory controllers: %w", err)
+		return nil, nil, fmt.Errorf("enable the pids and memory controllers: %w", err)
 	}
 	dir := root + "/sandbox"
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	limits := map[string]int64{"pids.max": pl.Limits.Pids, "memory.max": pl.Limits.Memory, "memory.swap.max": 0}
 	for file, v := range limits {
@@ -207,10 +208,48 @@ func guestCgroup(pl *plan.Plan) (*os.File, error) {
 		}
 		err := os.WriteFile(dir+"/"+file, []byte(fmt.Sprint(v)), 0)
 		if err != nil && !(file == "memory.swap.max" && errors.Is(err, os.ErrNotExist)) {
-			return nil, fmt.Errorf("cgroup %s: %w", file, err)
+			return nil, nil, fmt.Errorf("cgroup %s: %w", file, err)
 		}
 	}
-	return os.Open(dir)
+	f, err := os.Open(dir)
+	return f, &guestEvents{dir: dir}, err
+}
+
+// guestEvents tells, at each exit, whether the sandbox's cgroup in the
+// guest refused a fork or killed for memory since the last look.
+type guestEvents struct {
+	dir          string
+	mu           sync.Mutex
+	oom, pidsMax int64 // guarded by mu: the counts already reported
+}
+
+// halts returns the MsgHalt messages for what happened since the last call.
+func (g *guestEvents) halts() []Message {
+	read := func(file, key string) int64 {
+		b, err := os.ReadFile(g.dir + "/" + file)
+		if err != nil {
+			return 0
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, " "); ok && k == key {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Message
+	if n := read("memory.events", "oom_kill"); n > g.oom {
+		g.oom = n
+		out = append(out, Message{Type: MsgHalt, Stage: "max_memory"})
+	}
+	if n := read("pids.events", "max"); n > g.pidsMax {
+		g.pidsMax = n
+		out = append(out, Message{Type: MsgHalt, Stage: "max_pids"})
+	}
+	return out
 }
 
 // startGuestInit starts airlock's init from self in the plan's namespaces
@@ -273,7 +312,7 @@ func startGuestInit(self, group *os.File, pl *plan.Plan, raw []byte) (int, *exec
 
 // bridgeGuest relays the link and the sandbox init's control socket until
 // either ends.
-func bridgeGuest(l *link, sock int) {
+func bridgeGuest(l *link, sock int, events *guestEvents) {
 	var mu sync.Mutex
 	stdin := map[string]*os.File{} // guarded by mu: exec ID -> the write end of its stdin
 	pc := newProxyConns(l)
@@ -296,6 +335,9 @@ func bridgeGuest(l *link, sock int) {
 			}
 			if m.Type == MsgExit {
 				unix.Sync() // what the command wrote reaches the host before the VM may be killed
+				for _, h := range events.halts() {
+					_ = l.sendMsg(h) // before the exit, so the exec ends halted
+				}
 			}
 			if l.sendMsg(m) != nil {
 				return

@@ -27,6 +27,13 @@ import (
 // the fds of an exec the supervisor started, and enforces the deadline and
 // the output cap itself.
 
+// MsgHalt is a microVM guest's report that its sandbox's cgroup in the
+// guest refused a fork (Stage "max_pids") or killed a process for memory
+// (Stage "max_memory"), sent before the exit of the exec it ended: the
+// supervisor halts the sandbox with that limit, as it does when the
+// host's own cgroup counters say so.
+const MsgHalt Kind = "halt"
+
 // frameKind names a frame on the microVM link.
 type frameKind byte
 

@@ -8,7 +8,7 @@ import (
 
 // fromGuest are the control messages the launcher passes from the guest
 // to the supervisor.
-var fromGuest = map[Kind]bool{MsgReady: true, MsgError: true, MsgStarted: true, MsgExit: true}
+var fromGuest = map[Kind]bool{MsgReady: true, MsgError: true, MsgStarted: true, MsgExit: true, MsgHalt: true}
 
 // hostMaxFrame bounds a frame the host reads: the guest sends control
 // messages and output, never a plan.
