@@ -102,8 +102,8 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if b.pl.Proxy {
 		b.enf.Egress = EgressProxy
 	}
-	if b.cfg.Policy.Rootfs() != "" || b.cfg.Policy.Placed() {
-		return nil, errors.New("isolation microvm shares the host's paths with the guest where they are: an environment (rootfs) and placed grants (HOST:INSIDE) are not supported there yet; drop them, or use the default isolation")
+	if b.cfg.Policy.Rootfs() != "" {
+		return nil, errors.New("isolation microvm does not run environments (rootfs) yet: drop rootfs, or use the default isolation")
 	}
 	if _, err := os.Stat(microvmQEMU); err != nil {
 		return nil, fmt.Errorf("isolation microvm needs QEMU (%s: %v): apt-get install qemu-system-x86", microvmQEMU, err)
@@ -236,8 +236,9 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 			grants = append(grants, m.Source)
 		}
 		if m.Kind == plan.KindHide || m.Kind == plan.KindReadonly {
-			// No placed grants here: a path inside is the host's path.
-			narrow = append(narrow, nsinit.VMMNarrow{Path: m.Target, Hide: m.Kind == plan.KindHide})
+			if host, ok := hostPathOf(b.pl, m.Target); ok {
+				narrow = append(narrow, nsinit.VMMNarrow{Path: host, Hide: m.Kind == plan.KindHide})
+			}
 		}
 	}
 	cfg, err := json.Marshal(nsinit.VMMConfig{Root: tmp, Grants: grants, Narrow: narrow, Proxy: b.pl.Proxy, QEMU: qemu, System: []string{"/usr"}, Symlinks: links,
@@ -321,6 +322,26 @@ func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 		ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
 	}
 	return ctl, nil
+}
+
+// hostPathOf maps a path inside the sandbox to the host path the export
+// holds it at, through the grant whose target holds it (a placed grant
+// has another target than its source); false when no grant does.
+func hostPathOf(pl *plan.Plan, inside string) (string, bool) {
+	best := -1
+	for i, m := range pl.Mounts {
+		if !m.Grant() || (inside != m.Target && !strings.HasPrefix(inside, strings.TrimSuffix(m.Target, "/")+"/")) {
+			continue
+		}
+		if best < 0 || len(m.Target) > len(pl.Mounts[best].Target) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", false
+	}
+	m := pl.Mounts[best]
+	return m.Source + strings.TrimPrefix(inside, m.Target), true
 }
 
 // microvmRAM is the guest's RAM: max_memory for the sandbox's cgroup in

@@ -207,6 +207,42 @@ sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/v
 			}
 		}
 	})
+	t.Run("placed-grants", func(t *testing.T) {
+		proj, data := filepath.Join(tr.root, "proj"), filepath.Join(tr.root, "data")
+		for _, d := range []string{proj, data} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, body := range map[string]string{proj + "/deploy.sh": "echo deploy\n", proj + "/.env": "TOKEN=SECRET-ENV\n", data + "/in.csv": "a,b\n"} {
+			if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := placedPolicy(t, proj, data, policy.Spec{AllowDowngrade: []string{"staged_writes"}, Budget: budget.Limits{Wall: 60 * time.Second}})
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationMicroVM, Executable: init}, Args: []string{"/bin/sh", "-c",
+			"cat /data/in.csv > /workspace/out.csv; cat /workspace/.env; echo x >> /workspace/deploy.sh; echo x > /data/new; ls " + proj + "; echo done"}, CommandIsGranted: true}).Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(rep.Stdout, "done") || strings.Contains(rep.Stdout, "SECRET-ENV") {
+			t.Fatalf("stdout %q, stderr %q", rep.Stdout, rep.Stderr)
+		}
+		if b, err := os.ReadFile(filepath.Join(proj, "out.csv")); err != nil || string(b) != "a,b\n" {
+			t.Fatalf("out.csv = %q, %v", b, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(proj, "deploy.sh")); string(b) != "echo deploy\n" {
+			t.Fatalf("the protected deploy.sh was changed: %q", b)
+		}
+		if _, err := os.Stat(filepath.Join(data, "new")); err == nil {
+			t.Fatal("the read-only placed grant was written")
+		}
+		if !strings.Contains(rep.Stderr, proj) {
+			t.Fatalf("the host path of the placed grant exists inside: stderr %q", rep.Stderr)
+		}
+	})
 	t.Run("deadline", func(t *testing.T) {
 		start := time.Now()
 		rep := runVM(t, init, policy.Spec{Budget: budget.Limits{Wall: 8 * time.Second}}, "/bin/sh", "-c", "while :; do :; done")
