@@ -102,9 +102,6 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if b.pl.Proxy {
 		b.enf.Egress = EgressProxy
 	}
-	if b.cfg.Policy.Rootfs() != "" {
-		return nil, errors.New("isolation microvm does not run environments (rootfs) yet: drop rootfs, or use the default isolation")
-	}
 	if _, err := os.Stat(microvmQEMU); err != nil {
 		return nil, fmt.Errorf("isolation microvm needs QEMU (%s: %v): apt-get install qemu-system-x86", microvmQEMU, err)
 	}
@@ -161,6 +158,7 @@ func (microvmBackend) launch(b *box) (*control, error) {
 		return fail(err)
 	}
 	b.enf.Backend = BackendMicroVM
+	b.noteEnvironment()
 	b.enf.Platform = "qemu-microvm/tcg"
 	b.enf.GuestKernel = k.version
 	b.enf.FSDenials = "not reported under isolation microvm"

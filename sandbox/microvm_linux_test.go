@@ -243,6 +243,19 @@ sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/v
 			t.Fatalf("the host path of the placed grant exists inside: stderr %q", rep.Stderr)
 		}
 	})
+	t.Run("environment", func(t *testing.T) {
+		// The environment's root filesystem is exported as the host's
+		// base is: a tool only it has runs in the guest.
+		root := testRootfs(t)
+		if _, err := os.Stat("/usr/bin/tree"); err == nil {
+			t.Skip("this host has tree itself: the test needs a tool only the environment has")
+		}
+		rep := runVM(t, init, policy.Spec{Rootfs: root, FSWrite: []string{tr.out}, AllowedTools: []string{"tree"}, AllowDowngrade: []string{"staged_writes"}}, "tree", "-a", tr.out)
+		wantExit(t, rep, 0)
+		if rep.Enforcement.Rootfs != root || !strings.Contains(rep.Stdout, "vm.txt") {
+			t.Fatalf("enforcement.rootfs %q, stdout %q", rep.Enforcement.Rootfs, rep.Stdout)
+		}
+	})
 	t.Run("deadline", func(t *testing.T) {
 		start := time.Now()
 		rep := runVM(t, init, policy.Spec{Budget: budget.Limits{Wall: 8 * time.Second}}, "/bin/sh", "-c", "while :; do :; done")
