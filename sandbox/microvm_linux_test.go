@@ -463,6 +463,12 @@ func TestIsolationMicroVMSession(t *testing.T) {
 			t.Errorf("QEMU shares the host's %s namespace (%s, %v)", ns, its, err)
 		}
 	}
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", qemu[0]))
+	for _, fd := range fds {
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", qemu[0], fd.Name())); strings.Contains(l, "airlock-init") {
+			t.Errorf("QEMU inherited fd %s -> %s from its launcher", fd.Name(), l)
+		}
+	}
 	var top []string
 	ents, err = os.ReadDir(fmt.Sprintf("/proc/%d/root/", qemu[0]))
 	if err != nil {

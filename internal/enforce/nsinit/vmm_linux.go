@@ -96,6 +96,11 @@ func VMM() {
 func vmm() error {
 	unix.CloseOnExec(VMMConfigFD)
 	unix.CloseOnExec(ControlFD)
+	// Nothing else the supervisor passed (the init binary it was executed
+	// through) may reach QEMU.
+	if err := unix.CloseRange(ControlFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close inherited fds: %w", err)
+	}
 	raw, err := io.ReadAll(io.LimitReader(os.NewFile(VMMConfigFD, "config"), 2*maxPlan))
 	if err != nil {
 		return fmt.Errorf("read the launcher's configuration: %w", err)
