@@ -157,7 +157,7 @@ func microvmPolicy(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := strings.Replace(string(b), "max_wall: 5s", "max_wall: 20s", 1)
+	s := strings.Replace(string(b), "max_wall: 5s", "max_wall: 15s", 1)
 	if s == string(b) {
 		t.Fatalf("the example's policy changed; update microvmPolicy:\n%s", b)
 	}
@@ -208,7 +208,7 @@ func testCSVInjection(t *testing.T, bin string, vm bool, flags ...string) {
 	err := cmd.Run()
 	evil.close()
 	if ctx.Err() != nil {
-		t.Fatalf("airlock run did not finish within 90s (max_wall is 5s, 20s under microvm)\nstderr:\n%s", stderr.String())
+		t.Fatalf("airlock run did not finish within 90s (max_wall is 5s, 15s under microvm)\nstderr:\n%s", stderr.String())
 	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
