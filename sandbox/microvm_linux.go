@@ -89,14 +89,16 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	if !namespace.HostAdmin() {
 		return nil, errors.New("isolation microvm needs root on the host (the VMM's sandbox maps it to an unprivileged host uid and idmaps the grants), which this process lacks: run as root, or use the default isolation")
 	}
-	if len(b.cfg.Policy.Credentials()) > 0 {
-		return nil, errors.New("isolation microvm does not inject credentials yet (the guest would need the run's CA in its trust bundle): drop credentials, or use the default isolation")
-	}
 	// The guest has no network device: its only way out is the proxy's
 	// ports on the sandbox's loopback, carried over the link. No connect
 	// broker there, so no transparent egress.
 	var err error
 	if b.pl, err = plan.WithoutTransparentEgressCopy(b.pl); err != nil {
+		return nil, err
+	}
+	// Credentials: the proxy adds them; the run's CA reaches the guest in
+	// the plan's trust bundle (a file the guest's init writes).
+	if err := b.prepareCredentials(); err != nil {
 		return nil, err
 	}
 	if b.pl.Proxy {

@@ -2,8 +2,11 @@ package sandbox_test
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
@@ -254,6 +258,47 @@ sys.exit(1 if bad else 0)`, allowed, deniedHost, tr.work+"/data.csv", tr.out+"/v
 		wantExit(t, rep, 0)
 		if rep.Enforcement.Rootfs != root || !strings.Contains(rep.Stdout, "vm.txt") {
 			t.Fatalf("enforcement.rootfs %q, stdout %q", rep.Enforcement.Rootfs, rep.Stdout)
+		}
+	})
+	t.Run("credentials", func(t *testing.T) {
+		// The proxy adds the credential on HTTPS requests to its host,
+		// terminating TLS with the run's CA, which reaches the guest in the
+		// plan's trust bundle; the guest finds the value nowhere.
+		api := &authEcho{}
+		srv := httptest.NewTLSServer(api) // its certificate names example.com
+		t.Cleanup(srv.Close)
+		port := portOf(srv.Listener.Addr().String())
+		roots := x509.NewCertPool()
+		roots.AddCert(srv.Certificate())
+		p, err := policy.New(policy.Spec{NetHosts: []string{"example.com:" + port, "127.0.0.1:" + port}, // the resolver answers 127.0.0.1, listed exactly
+			Credentials: []policy.Credential{{Host: "example.com", Header: "Authorization", Env: "AIRLOCK_TEST_TOKEN"}},
+			Budget:      budget.Limits{Wall: 60 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code := fmt.Sprintf(`
+import os, urllib.request
+secret = %[1]q[::-1]
+print("env-clean", not any(secret in v for v in os.environ.values()))
+req = urllib.request.Request("https://example.com:%[2]s/", headers={"Authorization": "Bearer the-agents-guess"})
+r = urllib.request.urlopen(req, timeout=20)
+print("proxy:", r.read().decode())
+`, reverse(credSecret), port)
+		ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		rep, err := (&sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: sandbox.IsolationMicroVM, Executable: init,
+			Resolver: fakeResolver{netip.MustParseAddr("127.0.0.1")}, UpstreamRoots: roots,
+			LookupEnv: func(n string) (string, bool) { return "Bearer " + credSecret, n == "AIRLOCK_TEST_TOKEN" }},
+			Args: []string{"/usr/bin/python3", "-c", code}, CommandIsGranted: true}).Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantExit(t, rep, 0)
+		if !strings.Contains(rep.Stdout, "env-clean True") || !strings.Contains(rep.Stdout, "proxy: you sent ["+egress.Redacted+"]") || strings.Contains(rep.Stdout+rep.Stderr, credSecret) {
+			t.Fatalf("stdout %q, stderr %q", rep.Stdout, rep.Stderr)
+		}
+		if got := api.got(); len(got) != 1 || got[0] != "Bearer "+credSecret {
+			t.Fatalf("the credential's host received %q, want the credential once", got)
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
