@@ -39,8 +39,15 @@ import (
 // an unprivileged host uid, sees only QEMU's own system folders, the
 // kernel, the initramfs and the exported trees (read-only but for fs_write
 // grants), has no capabilities and no_new_privs, and QEMU adds its own
-// seccomp filter (-sandbox on). The deadline and the output cap are the
-// box's, on the host: they kill the launcher, and with it QEMU.
+// seccomp filter (-sandbox on). A cgroup on the host holds the launcher
+// and QEMU (the VM's memory and threads, and max_cpu for the whole VM).
+// The deadline and the output cap are the box's, on the host: they kill
+// the launcher, and with it QEMU.
+//
+// Why the guest's root is a share of the plan's sources and not an image:
+// the guest's init then applies the plan exactly as on the host (the same
+// mount steps from the same paths), and what QEMU can reach is what the
+// plan grants, nothing more.
 
 // BackendMicroVM is the report's name of the microVM backend.
 const BackendMicroVM = "microvm"
@@ -69,9 +76,11 @@ const (
 const microvmBoot = 60 * time.Second
 
 // microvmCache is where the guest's initramfs is built once per init
-// binary and kernel.
+// binary and kernel, and the kernel extracted once per image.
 const microvmCache = "/var/cache/airlock/microvm"
 
+// weakerMicroVM is what every microVM run differs in from the namespace
+// backend, for the report's enforcement.weaker.
 var weakerMicroVM = []string{
 	"microvm: the guest has no network device: egress is airlock's proxy only (HTTP_PROXY and ALL_PROXY on the sandbox's loopback, carried over a virtio-serial port); programs that ignore the proxy variables reach nothing (no transparent egress)",
 	"microvm: max_cpu counts the whole VM's CPU time (QEMU's: the boot and the emulation's own cost too), so a program gets less than max_cpu of its own; max_memory is the guest's sandbox cgroup, and the VM as a whole gets 128 MiB of guest RAM and 256 MiB for QEMU more",
