@@ -145,9 +145,13 @@ type Enforcement struct {
 	// Empty when nothing was started.
 	Backend string `json:"backend,omitempty"`
 	// Platform is how gVisor's sentry runs the workload under oci/runsc:
-	// "gvisor/systrap", "gvisor/ptrace" or "gvisor/kvm". Empty otherwise.
-	Platform   string `json:"platform,omitempty"`
-	Namespaces bool   `json:"namespaces"`
+	// "gvisor/systrap", "gvisor/ptrace" or "gvisor/kvm"; under microvm,
+	// the VMM and its accelerator: "qemu-microvm/tcg". Empty otherwise.
+	Platform string `json:"platform,omitempty"`
+	// GuestKernel is the guest kernel's release (uname -r) under the
+	// microvm backend, whose Platform is "qemu-microvm/ACCELERATOR".
+	GuestKernel string `json:"guest_kernel,omitempty"`
+	Namespaces  bool   `json:"namespaces"`
 	// Landlock is the Landlock ABI enforced; 0 means not enforced (only
 	// with allow_downgrade: landlock).
 	Landlock int  `json:"landlock_abi"`

@@ -9,6 +9,7 @@ require (
 
 require (
 	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	github.com/ulikunitz/xz v0.5.17 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.62.0 // indirect
 )

@@ -253,6 +253,17 @@ func (b *box) deliver(ctl *control, m nsinit.Message) {
 	case nsinit.MsgError:
 		b.signalReady(fmt.Errorf("sandbox setup failed at %s: %s (nothing was started)", m.Stage, m.Error))
 		ctl.kill()
+	case nsinit.MsgHalt:
+		// A microVM's guest: its own cgroup refused a fork or killed for
+		// memory (sent before the exit of the exec it ended).
+		switch budget.Limit(m.Stage) {
+		case budget.MaxMemory:
+			b.halt(budget.MaxMemory, "a process reached max_memory and was killed by the guest's kernel")
+		case budget.MaxPids:
+			b.halt(budget.MaxPids, "the process tree reached max_pids in the guest: a fork was refused, and the sandbox was stopped")
+		default:
+			b.log.Error("sandbox: a halt for an unknown limit", "limit", m.Stage)
+		}
 	default:
 		select {
 		case b.execChan(m.ID) <- m:

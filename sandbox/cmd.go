@@ -152,6 +152,11 @@ const (
 	// which platform), with airlock's proxy, deadline, output cap and
 	// report around it. Root only, like IsolationOCI.
 	IsolationGVisor = "gvisor"
+	// IsolationMicroVM runs the sandbox in a microVM: QEMU's microvm
+	// machine boots a guest kernel of its own, in which airlock's init
+	// applies the same plan; no network device: egress only through
+	// airlock's proxy, carried over a virtio-serial port. Root only.
+	IsolationMicroVM = "microvm"
 )
 
 // Cmd is one command to run in a fresh sandbox, like exec.Cmd.

@@ -161,8 +161,10 @@ func backendFor(cfg Config, pl *plan.Plan) (backend, error) {
 			return nil, fmt.Errorf("sandbox: isolation %q runs under runsc, not %q: drop the runtime, or use isolation %q with it", IsolationGVisor, cfg.Runtime, IsolationOCI)
 		}
 		return ociBackend{runtime: "runsc"}, nil
+	case IsolationMicroVM:
+		return microvmBackend{}, nil
 	}
-	return nil, fmt.Errorf("sandbox: isolation %q: use %q, %q, %q or %q", cfg.Isolation, IsolationNamespaces, IsolationLandlock, IsolationGVisor, IsolationOCI)
+	return nil, fmt.Errorf("sandbox: isolation %q: use %q, %q, %q, %q or %q", cfg.Isolation, IsolationNamespaces, IsolationLandlock, IsolationGVisor, IsolationOCI, IsolationMicroVM)
 }
 
 func planExitCode(err error) int {

@@ -31,15 +31,15 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("explain", explainSynopsis, stderr)
 	var pf cli.PolicyFlags
 	pf.Register(fs)
-	isolation := fs.String("isolation", "namespaces", "the backend whose plan to print: namespaces, or landlock (no namespaces)")
+	isolation := fs.String("isolation", "namespaces", "the backend whose plan to print: namespaces, landlock (no namespaces), or microvm (the plan its guest applies)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
 		return cli.ExitUsage
 	}
-	if *isolation != sandbox.IsolationNamespaces && *isolation != sandbox.IsolationLandlock {
-		fmt.Fprintf(stderr, "airlock explain: --isolation %q: use namespaces or landlock\n", termtext.Field(*isolation))
+	if *isolation != sandbox.IsolationNamespaces && *isolation != sandbox.IsolationLandlock && *isolation != sandbox.IsolationMicroVM {
+		fmt.Fprintf(stderr, "airlock explain: --isolation %q: use namespaces, landlock or microvm\n", termtext.Field(*isolation))
 		return cli.ExitUsage
 	}
 	p, err := pf.Build()
@@ -57,11 +57,23 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 		// The run makes a fresh folder under $TMPDIR; its name is random.
 		err = plan.WithoutNamespaces(pl, p, filepath.Join(os.TempDir(), "airlock-scratch-RANDOM"))
 	}
+	if err == nil && *isolation == sandbox.IsolationMicroVM {
+		// What the microVM backend changes before its guest applies the
+		// plan (sandbox/microvm_linux.go): no transparent egress, writes
+		// in place through the 9p share.
+		plan.WithoutTransparentEgress(pl)
+		plan.WritesInPlace(pl)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}
 	fmt.Fprintf(stdout, "policy:   %s\n", termtext.Escape(p.Summary(), termtext.LineMax))
+	if *isolation == sandbox.IsolationMicroVM {
+		fmt.Fprint(stdout, "microvm:  a guest kernel of its own (QEMU microvm, software emulation) applies the plan below in its namespaces;\n"+
+			"          its root is a 9p share of the plan's bind sources, the VMM runs in airlock's namespace sandbox on the host,\n"+
+			"          the proxy's ports are carried over a virtio-serial port, and a host cgroup holds the VM (max_cpu counts its CPU)\n")
+	}
 	// Escaped field by field, so that a newline in a value cannot start a
 	// line of its own, and the whole text once more for what a later field
 	// of the plan adds.

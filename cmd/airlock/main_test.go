@@ -416,6 +416,28 @@ func TestExplainWithoutNamespaces(t *testing.T) {
 	}
 }
 
+// TestExplainMicroVM: explain --isolation microvm prints the plan the
+// guest applies, with fs_write folders written in place (no overlay or
+// stage) and no transparent egress, under a line that says what the
+// microVM adds.
+func TestExplainMicroVM(t *testing.T) {
+	dir := t.TempDir()
+	r := airlock(t, "", "explain", "--isolation", "microvm", "--fs-write", dir, "--net-host", "example.com", "--", "sh")
+	if r.code != 0 {
+		t.Fatalf("explain --isolation microvm: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"microvm:  a guest kernel of its own", "egress proxy at 127.0.0.1"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("explain output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	for _, unwanted := range []string{"overlay", "transparent:"} {
+		if strings.Contains(r.stdout, unwanted) {
+			t.Errorf("explain --isolation microvm prints %q:\n%s", unwanted, r.stdout)
+		}
+	}
+}
+
 // TestExportOCIInit: the exported bundle runs airlock's init as pid 1 with
 // the deadline in its arguments and the binary in the bundle; the printed
 // instructions name runc and crun, and say when the runtime cannot reach

@@ -30,7 +30,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	var pf cli.PolicyFlags
 	pf.Register(fs)
 	asJSON := fs.Bool("json", false, "print the result report as JSON on stdout instead of streaming the output")
-	isolation := fs.String("isolation", "", "enforcement: namespaces (default: airlock's own sandbox), landlock (no namespaces: Landlock, seccomp and the connect broker, for where user namespaces cannot be created; weaker, see the report), gvisor (the OCI bundle under gVisor's runsc: a user-space kernel; root only) or oci (the same policy as an OCI bundle under --runtime; root only)")
+	isolation := fs.String("isolation", "", "enforcement: namespaces (default: airlock's own sandbox), landlock (no namespaces: Landlock, seccomp and the connect broker, for where user namespaces cannot be created; weaker, see the report), gvisor (the OCI bundle under gVisor's runsc: a user-space kernel; root only), microvm (a guest kernel of its own under QEMU's microvm machine, software emulation: seconds per boot; egress only through airlock's proxy; root only) or oci (the same policy as an OCI bundle under --runtime; root only)")
 	rtName := fs.String("runtime", "", "OCI runtime for --isolation oci: runc (the default), crun or runsc")
 	pty := fs.Bool("pty", false, "give the command a pseudo-terminal (interactive programs); output arrives merged on stdout")
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials from Landlock audit records (root, Linux 6.15+); turns the host's kernel audit on while the run lasts and adds ~40 ms")

@@ -99,33 +99,79 @@ func buildAirlock(t *testing.T) string {
 	return bin
 }
 
+// buildStatic builds airlock and airlock-init with CGO_ENABLED=0 into one
+// folder (a microVM's initramfs holds the init and no loader) and returns
+// airlock's path.
+func buildStatic(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-init")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build ./cmd/airlock ./cmd/airlock-init: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "airlock")
+}
+
 // TestCSVInjection is the README's opening story: the honest work lands in
 // out/, the credential read fails, the attacker receives nothing, the loop
 // dies at max_wall, and the report lists the refused POST and the halt.
 // TestCSVInjection runs the reference scenario on every backend: airlock's
-// namespaces (the default), the backend without namespaces, and gVisor.
+// namespaces (the default), the backend without namespaces, gVisor, and
+// the microVM (with a deadline that leaves room for its boot).
 func TestCSVInjection(t *testing.T) {
 	airtest.RequireBinary(t, "/usr/bin/python3")
 	bin := buildAirlock(t)
 	t.Run("namespaces", func(t *testing.T) {
 		airtest.RequireUserNS(t)
 		airtest.RequireLandlockABI(t, 4)
-		testCSVInjection(t, bin, "--fs-audit")
+		testCSVInjection(t, bin, false, "--fs-audit")
 	})
 	t.Run("landlock", func(t *testing.T) {
 		airtest.RequireLandlockABI(t, 6)
-		testCSVInjection(t, bin, "--isolation", "landlock", "--allow-downgrade", "staged_writes", "--fs-audit")
+		testCSVInjection(t, bin, false, "--isolation", "landlock", "--allow-downgrade", "staged_writes", "--fs-audit")
 	})
 	t.Run("gvisor", func(t *testing.T) {
 		airtest.RequireRoot(t)
 		airtest.RequireBinary(t, "/usr/bin/runsc")
-		testCSVInjection(t, bin, "--isolation", "gvisor", "--allow-downgrade", "staged_writes")
+		testCSVInjection(t, bin, false, "--isolation", "gvisor", "--allow-downgrade", "staged_writes")
+	})
+	t.Run("microvm", func(t *testing.T) {
+		airtest.RequireRoot(t)
+		airtest.RequireBinary(t, "/usr/bin/qemu-system-x86_64")
+		if m, _ := filepath.Glob("/lib/modules/*/kernel/fs/9p/9p.ko"); len(m) == 0 {
+			airtest.SkipOrFail(t, "no guest kernel with the 9p modules (/lib/modules/*/kernel/fs/9p/9p.ko): apt-get install linux-image-amd64")
+		}
+		testCSVInjection(t, buildStatic(t), true, "--isolation", "microvm", "--allow-downgrade", "staged_writes")
 	})
 }
 
-func testCSVInjection(t *testing.T, bin string, flags ...string) {
+// microvmPolicy gives the example's policy a deadline that leaves room for
+// the microVM's boot under software emulation.
+func microvmPolicy(t *testing.T, dir string) {
+	t.Helper()
+	p := filepath.Join(dir, "policy.yaml")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(b), "max_wall: 5s", "max_wall: 15s", 1)
+	if s == string(b) {
+		t.Fatalf("the example's policy changed; update microvmPolicy:\n%s", b)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testCSVInjection(t *testing.T, bin string, vm bool, flags ...string) {
 	dir := t.TempDir()
 	copyExample(t, dir)
+	if vm {
+		microvmPolicy(t, dir)
+	}
 	// gVisor writes in place as the container's host uid: out must be
 	// writable by others, and the folders above it searchable.
 	for _, d := range []string{filepath.Dir(dir), dir} {
@@ -151,7 +197,7 @@ func testCSVInjection(t *testing.T, bin string, flags ...string) {
 	attackerHost := "host.airlock.internal:" + strconv.Itoa(evil.ln.Addr().(*net.TCPAddr).Port)
 	url := "http://" + attackerHost + "/collect"
 
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	args := append(append([]string{"run"}, airtest.RootlessFlags()...), flags...)
 	args = append(args, "--policy", "policy.yaml", "--env", "HOME="+home, "--env", "ATTACKER_URL="+url, "--json", "--", "python3", "../agent_snippet.py")
@@ -162,7 +208,7 @@ func testCSVInjection(t *testing.T, bin string, flags ...string) {
 	err := cmd.Run()
 	evil.close()
 	if ctx.Err() != nil {
-		t.Fatalf("airlock run did not finish within 60s (max_wall is 5s)\nstderr:\n%s", stderr.String())
+		t.Fatalf("airlock run did not finish within 90s (max_wall is 5s, 15s under microvm)\nstderr:\n%s", stderr.String())
 	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
@@ -216,6 +262,9 @@ func testCSVInjection(t *testing.T, bin string, flags ...string) {
 		if d.Layer == "fs" {
 			fsDenied = true
 		}
+	}
+	if vm && rep.Enforcement.Backend != "microvm" {
+		t.Errorf("enforcement.backend = %q, want microvm", rep.Enforcement.Backend)
 	}
 	if !netDenied {
 		t.Errorf("report lists no net_hosts denial of %s: %+v", target, rep.Denials)

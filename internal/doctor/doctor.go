@@ -78,6 +78,21 @@ type Facts struct {
 	// GVisor is where runsc is and the platform isolation gvisor runs it
 	// on, or why it is unavailable.
 	GVisor GVisor
+
+	// MicroVM is what --isolation microvm would boot, and whether KVM
+	// runs a guest here. The zero value: not probed.
+	MicroVM MicroVM
+}
+
+// MicroVM is what doctor found for the microVM backend.
+type MicroVM struct {
+	// QEMU and Kernel are the VMM and the guest kernel's release; Err is
+	// why the backend is unavailable (nil when both are there).
+	QEMU, Kernel string
+	Err          error
+	// KVM is nil when a one-instruction guest ran on /dev/kvm, else why
+	// not. The backend runs under software emulation (TCG) either way.
+	KVM error
 }
 
 // GVisor is what doctor found of gVisor's runsc.
@@ -229,6 +244,16 @@ func Evaluate(f Facts) Report {
 		check("gvisor", true, fmt.Sprintf("%s: --isolation gvisor runs on gVisor's %s platform (root only)", g.Bin, g.Platform), "")
 	} else if g.Err != nil {
 		check("gvisor", true, "--isolation gvisor is unavailable: "+g.Err.Error(), "")
+	}
+	// The microVM is a choice too.
+	if m := f.MicroVM; m.Err != nil {
+		check("microvm", true, "--isolation microvm is unavailable: "+m.Err.Error(), "")
+	} else if m.QEMU != "" {
+		kvm := "KVM: a one-instruction guest runs on /dev/kvm, but airlock does not use it: a full guest on KVM is untested (on nested VMs such as the development VM /dev/kvm passes this check and QEMU guests still hang)"
+		if m.KVM != nil {
+			kvm = "KVM is not usable: " + m.KVM.Error()
+		}
+		check("microvm", true, fmt.Sprintf("%s boots guest kernel %s: --isolation microvm runs under software emulation (TCG: seconds per boot; root only). %s", m.QEMU, m.Kernel, kvm), "")
 	}
 	switch {
 	case blocked != "":

@@ -156,6 +156,9 @@ func TestRunUsesProbes(t *testing.T) {
 		Audit:          func() doctor.Audit { return doctor.Audit{Err: errors.New("netlink: permission denied")} },
 		IDMap:          func() error { t.Error("IDMap probed for a non-root caller"); return nil },
 		GVisor:         func() doctor.GVisor { return doctor.GVisor{Bin: "/opt/fake/runsc", Platform: "systrap"} },
+		MicroVM: func() doctor.MicroVM {
+			return doctor.MicroVM{QEMU: "/opt/fake/qemu", Kernel: "6.1.0-fake", KVM: errors.New("no /dev/kvm")}
+		},
 	}
 	r := doctor.Run(p)
 	if r.ExitCode() != 1 {
@@ -175,6 +178,11 @@ func TestRunUsesProbes(t *testing.T) {
 		return c.Name == "gvisor" && c.OK && strings.Contains(c.Detail, "/opt/fake/runsc") && strings.Contains(c.Detail, "systrap")
 	}) {
 		t.Errorf("doctor does not report the gvisor probe's runsc and platform: %+v", r.Checks)
+	}
+	if !slices.ContainsFunc(r.Checks, func(c doctor.Check) bool {
+		return c.Name == "microvm" && c.OK && strings.Contains(c.Detail, "6.1.0-fake") && strings.Contains(c.Detail, "TCG") && strings.Contains(c.Detail, "KVM is not usable: no /dev/kvm")
+	}) {
+		t.Errorf("doctor does not report the microvm probe's kernel and KVM: %+v", r.Checks)
 	}
 	if r.Checks[0].Detail != "Linux 5.10.0" {
 		t.Errorf("kernel check detail = %q, want %q", r.Checks[0].Detail, "Linux 5.10.0")

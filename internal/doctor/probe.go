@@ -46,6 +46,8 @@ type Probes struct {
 	IDMap func() error
 	// GVisor finds runsc and the platform it would run on.
 	GVisor func() GVisor
+	// MicroVM finds QEMU and a guest kernel, and runs a guest on KVM.
+	MicroVM func() MicroVM
 }
 
 // Gather runs the probes and returns what they found.
@@ -87,6 +89,7 @@ func Gather(p Probes) Facts {
 		f.IDMap = p.IDMap()
 	}
 	f.GVisor = p.GVisor()
+	f.MicroVM = p.MicroVM()
 	return f
 }
 
@@ -144,6 +147,9 @@ func (p Probes) withDefaults() Probes {
 			bin, platform, err := gvisor.Find()
 			return GVisor{Bin: bin, Platform: platform, Err: err}
 		}
+	}
+	if p.MicroVM == nil {
+		p.MicroVM = probeMicroVM
 	}
 	return p
 }

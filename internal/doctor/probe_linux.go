@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -316,4 +317,25 @@ func probeIDMap() error {
 		return err
 	}
 	return unix.Close(tree)
+}
+
+// probeMicroVM finds what --isolation microvm boots (the sandbox's own
+// rules: sandbox.findGuestKernel) and whether KVM runs a guest.
+func probeMicroVM() MicroVM {
+	m := MicroVM{QEMU: "/usr/bin/qemu-system-x86_64", KVM: probeKVM()}
+	if _, err := os.Stat(m.QEMU); err != nil {
+		m.Err = fmt.Errorf("%s: %w: apt-get install qemu-system-x86", m.QEMU, err)
+		return m
+	}
+	mods, _ := filepath.Glob("/lib/modules/*/kernel/fs/9p/9p.ko")
+	for _, p := range mods {
+		v := strings.Split(strings.TrimPrefix(p, "/lib/modules/"), "/")[0]
+		if _, err := os.Stat("/boot/vmlinuz-" + v); err == nil && v > m.Kernel {
+			m.Kernel = v
+		}
+	}
+	if m.Kernel == "" {
+		m.Err = errors.New("no guest kernel with the 9p modules in /boot and /lib/modules: apt-get install linux-image-amd64")
+	}
+	return m
 }

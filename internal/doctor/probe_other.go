@@ -21,3 +21,4 @@ func probeSeccomp() error            { return errNeedsLinux }
 func probeWritable(string) error     { return errNeedsLinux }
 func probeAudit() Audit              { return Audit{Err: errNeedsLinux, Collector: errNeedsLinux} }
 func probeIDMap() error              { return errNeedsLinux }
+func probeMicroVM() MicroVM          { return MicroVM{Err: errNeedsLinux} }

@@ -73,6 +73,9 @@ func coldStart(ctx context.Context, cs []*Contender, ws []Workload, n, warm int,
 		}
 		for j := range pairs {
 			i := (j + max(round, 0)) % len(pairs)
+			if e := pairs[i].c.Every; e > 1 && (round < -1 || (round >= 0 && round%e != 0)) {
+				continue // one warm-up round, then one round in e
+			}
 			d, err := timeRun(ctx, pairs[i].c, pairs[i].w.Argv)
 			if round < 0 {
 				continue

@@ -29,6 +29,9 @@ type Contender struct {
 	// Available is false when the probe run failed; Reason says why.
 	Available bool
 	Reason    string
+	// Every makes the cold start measure this contender in one round out
+	// of Every (a microVM boot takes seconds); 0 or 1: every round.
+	Every int `json:"-"`
 
 	// command builds the process for argv; release runs after Wait.
 	command func(ctx context.Context, argv []string) (cmd *exec.Cmd, release func(), err error)

@@ -93,7 +93,7 @@ func TestContendersApplyAirlocksSandbox(t *testing.T) {
 		err = c.Run(cmd)
 		return out.String(), err
 	}
-	cs, notes := contenders(ctx, work, airlockBin)
+	cs, notes := contenders(ctx, work, airlockBin, 200)
 	if len(notes) > 0 {
 		t.Errorf("contenders: %s", strings.Join(notes, "; "))
 	}

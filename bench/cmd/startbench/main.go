@@ -113,7 +113,7 @@ func main() {
 	}
 
 	res := &Results{Meta: meta(*n, *airlockBin, *pin)}
-	cs, notes := contenders(ctx, work, *airlockBin)
+	cs, notes := contenders(ctx, work, *airlockBin, *n)
 	res.Notes = append(res.Notes, notes...)
 	for _, c := range cs {
 		res.Contenders = append(res.Contenders, ContenderInfo{c.Name, c.Available, c.Reason, c.Equivalence})
@@ -209,7 +209,7 @@ func main() {
 }
 
 // contenders builds every contender and probes it once.
-func contenders(ctx context.Context, work, airlockBin string) ([]*Contender, []string) {
+func contenders(ctx context.Context, work, airlockBin string, n int) ([]*Contender, []string) {
 	var notes []string
 	cs := []*Contender{
 		{Name: "bare", Equivalence: "plain fork+exec from Go (os/exec), no isolation", command: plain("")},
@@ -243,6 +243,13 @@ func contenders(ctx context.Context, work, airlockBin string) ([]*Contender, []s
 		Equivalence: "airlock run --isolation gvisor with the default policy: airlock's OCI bundle under gVisor's runsc (platform as doctor says: " +
 			"ptrace on this host), with airlock's proxy, deadline, output capture and report around it",
 		command: plain(airlockBin, "run", "--isolation", "gvisor")})
+	cs = append(cs, &Contender{Name: "airlock-microvm",
+		Equivalence: "airlock run --isolation microvm with the default policy: QEMU's microvm machine under " +
+			"software emulation (TCG; KVM guests hang on this host) boots the guest kernel with airlock's initramfs, whose init applies " +
+			"the same plan in the guest; QEMU in airlock's namespace sandbox on the host; deadline, output capture and report from the host. " +
+			"Measured in 1 round of 10 or more (each run boots a VM)",
+		Every:   max(1, n/10),
+		command: plain(airlockBin, "run", "--isolation", "microvm")})
 	for _, c := range cs {
 		if c.command == nil || c.Reason != "" {
 			continue

@@ -113,6 +113,12 @@ func markdown(r *Results) string {
 			s.CreateMS, s.ExecMS.N, s.ExecMS.Median, s.ExecMS.P99, s.ExecMS.Min, s.Failures)
 		p("A cold sandbox per run from a warm Go process (`sandbox.Cmd.Run` of `/usr/bin/true`, what `airlock serve` and library users pay, without the CLI's own start-up), %d runs: median %.2f ms, p99 %.2f ms, min %.2f ms.\n\n",
 			s.LibraryMS.N, s.LibraryMS.Median, s.LibraryMS.P99, s.LibraryMS.Min)
+		if m := s.MicroVM; m != nil && m.ExecMS.N == 0 {
+			p("Under `--isolation microvm`: not measured: %s.\n\n", escape(m.Note))
+		} else if m != nil {
+			p("Under `--isolation microvm` (QEMU microvm, accelerator TCG): `sandbox.NewSession` took %.0f ms (the boot); `Session.Exec` of `/usr/bin/true`, %d runs: median %.2f ms, p99 %.2f ms, min %.2f ms, %d failures.\n\n",
+				m.CreateMS, m.ExecMS.N, m.ExecMS.Median, m.ExecMS.P99, m.ExecMS.Min, m.Failures)
+		}
 	}
 
 	if len(r.Memory) > 0 {

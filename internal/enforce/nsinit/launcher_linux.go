@@ -545,6 +545,12 @@ func Dispatch() {
 		Pause()
 	case BundleInitPath:
 		BundleInit()
+	case VMMArg0:
+		VMM()
+	case GuestInit:
+		if os.Getpid() == 1 { // the kernel runs the initramfs's /init as pid 1
+			Guest()
+		}
 	}
 }
 
