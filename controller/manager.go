@@ -94,7 +94,7 @@ func ParseSeccomp(s string) (*corev1.SeccompProfile, error) {
 	case strings.HasPrefix(s, "Localhost/"):
 		path := strings.TrimPrefix(s, "Localhost/")
 		if path == "" || strings.HasPrefix(path, "/") || slices.Contains(strings.Split(path, "/"), "..") {
-			return nil, fmt.Errorf("seccomp profile %q: Localhost/PATH needs a PATH relative to the kubelet's seccomp root, without ..", s)
+			return nil, fmt.Errorf("seccomp profile %q: Localhost/PATH needs a PATH relative to the kubelet's seccomp root, with no .. element in it", s)
 		}
 		return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &path}, nil
 	}

@@ -61,7 +61,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"controller", "--warm-lifetime", "0s"}, 2, "--warm-lifetime must be positive"},
 		{[]string{"controller", "--workers", "0"}, 2, "--workers 0: use 1 to 64"},
 		{[]string{"controller", "--pod-seccomp", "Localhost//etc/x"}, 2, "--pod-seccomp: seccomp profile"},
-		{[]string{"controller", "--pod-seccomp", "Localhost/a/../../b"}, 2, "without .."},
+		{[]string{"controller", "--pod-seccomp", "Localhost/a/../../b"}, 2, "no .. element"},
 		{[]string{"controller", "--pod-seccomp", "unconfined"}, 2, "use RuntimeDefault, Unconfined or Localhost/PATH"},
 		{[]string{"version"}, 0, "airlock-controller "},
 	} {
