@@ -423,7 +423,7 @@ var weaker = map[policy.Downgrade]string{
 	policy.DowngradeMemory:       "max_memory: no memory cgroup: RLIMIT_AS bounds each process's address space, not the sandbox's memory as a whole",
 	policy.DowngradePids:         "max_pids: no pids cgroup: RLIMIT_NPROC bounds the processes of the sandbox's user, not exactly its process tree",
 	policy.DowngradeCPU:          "max_cpu: no cpu cgroup: RLIMIT_CPU bounds each process's CPU time, not the tree's",
-	policy.DowngradeStagedWrites: "staged_writes: fs_write folders are written in place (no namespaces to stage them): max_write is not enforced, and the protected paths inside them (git hooks and config, shell rc files, editor and CI configuration) are writable: check them before you use git or a shell there",
+	policy.DowngradeStagedWrites: "staged_writes: fs_write folders are written in place (this backend does not stage them): max_write is not enforced, and the protected paths inside them (git hooks and config, shell rc files, editor and CI configuration) are writable: check them before you use git or a shell there",
 	policy.DowngradeProc: "proc: /proc is the container's, read-only: the container's other processes are listed there (under the container's pid numbers, so /proc/self is right but /proc/<getpid()> is not) " +
 		"with what ps shows of them and the numbers of their open fds; they cannot be signalled, traced, or have their memory, environment or fds read (pid namespace, Landlock, seccomp)",
 }

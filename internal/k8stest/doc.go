@@ -20,9 +20,14 @@
 // Without it a test skips, naming what is missing, and fails instead when
 // AIRLOCK_TEST_STRICT=1, as in CI.
 //
+// StartGarbageCollector, StartScheduler and StartNode add
+// kube-controller-manager's garbage collector, kube-scheduler and a real
+// node (a kubelet with containerd and runc, pods with the host's network)
+// for tests that run Pods; Image, DirLayer and FilesLayer build the
+// images those Pods run, without a registry.
+//
 // Only tests import it (deps_test.go keeps it out of production
-// packages), and it is the only package that links client-go: airlock
-// itself writes manifests and talks to no cluster. It stops an export
-// that a real API server would refuse, or that a restricted namespace
-// would not admit, from passing on fakes.
+// packages). It stops an export that a real API server would refuse, or
+// that a restricted namespace would not admit, and a controller whose
+// Pods a real kubelet would not run, from passing on fakes.
 package k8stest
