@@ -340,7 +340,9 @@ func (n *Node) stop(t testing.TB) {
 }
 
 // removeContainers kills and deletes every task and container of the
-// kubelet's containerd namespace.
+// kubelet's containerd namespace. A task may be ending meanwhile (its
+// shim closing), which fails a delete: it retries, and reports only what
+// is still listed at the end.
 func (n *Node) removeContainers() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -351,29 +353,33 @@ func (n *Node) removeContainers() error {
 		}
 		return strings.Fields(out), nil
 	}
-	tasks, err := ids("tasks")
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, id := range tasks {
-		// The task may end between the list and the kill; delete -f says
-		// whether it is gone.
-		_, _ = n.ctr(ctx, "--namespace=k8s.io", "tasks", "kill", "--all", "--signal=SIGKILL", id)
-		if out, err := n.ctr(ctx, "--namespace=k8s.io", "tasks", "delete", "--force", id); err != nil && !strings.Contains(out, "not found") {
-			errs = append(errs, fmt.Errorf("ctr tasks delete %s: %w: %s", id, err, out))
+	for _, what := range []string{"tasks", "containers"} {
+		for attempt := range 5 {
+			left, err := ids(what)
+			if err != nil {
+				return err
+			}
+			if len(left) == 0 {
+				break
+			}
+			if attempt > 0 {
+				time.Sleep(200 * time.Millisecond)
+			}
+			for _, id := range left {
+				// Errors show in the next list.
+				if what == "tasks" {
+					_, _ = n.ctr(ctx, "--namespace=k8s.io", "tasks", "kill", "--all", "--signal=SIGKILL", id)
+					_, _ = n.ctr(ctx, "--namespace=k8s.io", "tasks", "delete", "--force", id)
+				} else {
+					_, _ = n.ctr(ctx, "--namespace=k8s.io", "containers", "rm", id)
+				}
+			}
+		}
+		if left, err := ids(what); err != nil || len(left) > 0 {
+			return fmt.Errorf("containerd still lists %s %v after five attempts to remove them (%v)", what, left, err)
 		}
 	}
-	containers, err := ids("containers")
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, id := range containers {
-		if out, err := n.ctr(ctx, "--namespace=k8s.io", "containers", "rm", id); err != nil && !strings.Contains(out, "not found") {
-			errs = append(errs, fmt.Errorf("ctr containers rm %s: %w: %s", id, err, out))
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // unmountBelow unmounts every mount point at or below dir, deepest first.
