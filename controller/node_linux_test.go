@@ -3,16 +3,9 @@ package controller_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/controller"
 	"github.com/airlock-sandbox/airlock/controller/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/internal/k8stest"
 )
 
@@ -77,8 +71,8 @@ func TestOnNode(t *testing.T) {
 	})
 
 	t.Run("csv", func(t *testing.T) {
-		evil := newListener(t)
-		url := "http://127.0.0.1:" + strconv.Itoa(evil.port()) + "/collect"
+		evil := airtest.NewAttacker(t)
+		url := "http://127.0.0.1:" + strconv.Itoa(evil.Port()) + "/collect"
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "csv"}, Spec: v1alpha1.SandboxSpec{
@@ -89,7 +83,7 @@ func TestOnNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		sb = e.sandbox(t, ctx, ns, "csv", "finished", func(s *v1alpha1.Sandbox) bool { return s.Status.FinishTime != nil })
-		evil.close()
+		evil.Close()
 		r := sb.Status.Report
 		if r == nil {
 			t.Fatalf("the Sandbox ended with no report; status %+v", sb.Status)
@@ -104,7 +98,7 @@ func TestOnNode(t *testing.T) {
 		if !strings.Contains(r.Stdout, "step exfiltrate: FAILED") || !strings.Contains(r.Stdout, "step loop: waiting forever") {
 			t.Errorf("the POST did not fail, or the loop never started:\n%s", r.Stdout)
 		}
-		if c, b := evil.conns.Load(), evil.bytes.Load(); c != 0 || b != 0 {
+		if c, b := evil.Got(); c != 0 || b != 0 {
 			t.Errorf("the attacker's listener got %d connections and %d bytes, want none", c, b)
 		}
 		if !slices.ContainsFunc(r.Denials, func(d api.Denial) bool {
@@ -189,22 +183,12 @@ func deref(p *int32) int32 {
 // only airlock keeps the snippet from it.
 func csvImage(t *testing.T, n *k8stest.Node, base k8stest.Layer) string {
 	t.Helper()
-	bins := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", bins+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-init")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	ex := "../examples/csv-injection/"
-	top, err := k8stest.FilesLayer(t.TempDir(), map[string]k8stest.File{
-		"/usr/local/bin/airlock":       {Source: filepath.Join(bins, "airlock"), Mode: 0o755},
-		"/usr/local/bin/airlock-init":  {Source: filepath.Join(bins, "airlock-init"), Mode: 0o755},
-		"/srv/csv/sales.csv":           {Source: ex + "sales.csv", Mode: 0o644},
-		"/srv/csv/agent_snippet.py":    {Source: ex + "agent_snippet.py", Mode: 0o644},
-		"/home/agent/.aws/credentials": {Data: []byte("[default]\naws_secret_access_key = AIRLOCKTESTSECRETDONOTSEND\n"), Mode: 0o644},
-	})
+	files := k8stest.AirlockFiles(t)
+	files["/srv/csv/sales.csv"] = k8stest.File{Source: ex + "sales.csv", Mode: 0o644}
+	files["/srv/csv/agent_snippet.py"] = k8stest.File{Source: ex + "agent_snippet.py", Mode: 0o644}
+	files["/home/agent/.aws/credentials"] = k8stest.File{Data: []byte("[default]\naws_secret_access_key = AIRLOCKTESTSECRETDONOTSEND\n"), Mode: 0o644}
+	top, err := k8stest.FilesLayer(t.TempDir(), files)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,47 +197,4 @@ func csvImage(t *testing.T, n *k8stest.Node, base k8stest.Layer) string {
 		t.Fatal(err)
 	}
 	return img.Name
-}
-
-// listener counts the connections and bytes it receives on loopback.
-type listener struct {
-	ln           net.Listener
-	conns, bytes atomic.Int64
-	wg           sync.WaitGroup
-}
-
-func newListener(t *testing.T) *listener {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &listener{ln: ln}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			l.conns.Add(1)
-			l.wg.Add(1)
-			go func() {
-				defer l.wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				n, _ := io.Copy(io.Discard, c)
-				l.bytes.Add(n)
-			}()
-		}
-	}()
-	t.Cleanup(l.close)
-	return l
-}
-
-func (l *listener) port() int { return l.ln.Addr().(*net.TCPAddr).Port }
-
-func (l *listener) close() {
-	l.ln.Close()
-	l.wg.Wait()
 }

@@ -10,64 +10,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
-
-// attacker accepts connections on loopback and counts them and their bytes.
-type attacker struct {
-	ln    net.Listener
-	conns atomic.Int64
-	bytes atomic.Int64
-	wg    sync.WaitGroup
-}
-
-func newAttacker(t *testing.T) *attacker {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &attacker{ln: ln}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed
-			}
-			a.conns.Add(1)
-			a.wg.Add(1)
-			go func() {
-				defer a.wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				n, _ := io.Copy(io.Discard, c)
-				a.bytes.Add(n)
-			}()
-		}
-	}()
-	return a
-}
-
-// close stops the listener and waits for the handlers.
-func (a *attacker) close() {
-	a.ln.Close()
-	a.wg.Wait()
-}
 
 // copyExample copies the example's files (not out/) into dir.
 func copyExample(t *testing.T, dir string) {
@@ -190,11 +143,11 @@ func testCSVInjection(t *testing.T, bin string, vm bool, flags ...string) {
 	if err := os.WriteFile(filepath.Join(home, ".aws", "credentials"), []byte("[default]\n"+secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	evil := newAttacker(t)
+	evil := airtest.NewAttacker(t)
 	// The attacker listens on the host's loopback, which the sandbox names
 	// host.airlock.internal (its own 127.0.0.1 is direct): only the proxy
 	// could reach it, and the policy does not grant it.
-	attackerHost := "host.airlock.internal:" + strconv.Itoa(evil.ln.Addr().(*net.TCPAddr).Port)
+	attackerHost := "host.airlock.internal:" + strconv.Itoa(evil.Port())
 	url := "http://" + attackerHost + "/collect"
 
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
@@ -206,7 +159,7 @@ func testCSVInjection(t *testing.T, bin string, vm bool, flags ...string) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	evil.close()
+	evil.Close()
 	if ctx.Err() != nil {
 		t.Fatalf("airlock run did not finish within 90s (max_wall is 5s, 15s under microvm)\nstderr:\n%s", stderr.String())
 	}
@@ -240,7 +193,7 @@ func testCSVInjection(t *testing.T, bin string, vm bool, flags ...string) {
 	if !strings.Contains(rep.Stdout, "step exfiltrate: FAILED") {
 		t.Errorf("the POST did not fail inside the sandbox:\n%s", rep.Stdout)
 	}
-	if n, b := evil.conns.Load(), evil.bytes.Load(); n != 0 || b != 0 {
+	if n, b := evil.Got(); n != 0 || b != 0 {
 		t.Errorf("the attacker's listener got %d connections and %d bytes, want none", n, b)
 	}
 

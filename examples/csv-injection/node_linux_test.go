@@ -3,9 +3,7 @@ package csvinjection_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/internal/k8stest"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -39,23 +38,12 @@ func TestCSVInjectionInPod(t *testing.T) {
 	base := k8stest.BaseLayer(t)
 	n := k8stest.StartNode(t, cp, []k8stest.Layer{base})
 
-	bins := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-o", bins+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-init")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	const secret = "aws_secret_access_key = AIRLOCKTESTSECRETDONOTSEND"
-	files := map[string]k8stest.File{
-		"/usr/local/bin/airlock":       {Source: filepath.Join(bins, "airlock"), Mode: 0o755},
-		"/usr/local/bin/airlock-init":  {Source: filepath.Join(bins, "airlock-init"), Mode: 0o755},
-		"/home/agent/.aws/credentials": {Data: []byte("[default]\n" + secret + "\n"), Mode: 0o644},
-		"/srv/csv/out":                 {Mode: 0o755 | os.ModeDir},
-		"/srv/csv/policy.yaml":         {Source: "policy.yaml", Mode: 0o644},
-		"/srv/csv/sales.csv":           {Source: "sales.csv", Mode: 0o644},
-		"/srv/csv/agent_snippet.py":    {Source: "agent_snippet.py", Mode: 0o644},
+	files := k8stest.AirlockFiles(t)
+	files["/home/agent/.aws/credentials"] = k8stest.File{Data: []byte("[default]\n" + secret + "\n"), Mode: 0o644}
+	files["/srv/csv/out"] = k8stest.File{Mode: 0o755 | os.ModeDir}
+	for _, f := range []string{"policy.yaml", "sales.csv", "agent_snippet.py"} {
+		files["/srv/csv/"+f] = k8stest.File{Source: f, Mode: 0o644}
 	}
 	top, err := k8stest.FilesLayer(t.TempDir(), files)
 	if err != nil {
@@ -66,8 +54,10 @@ func TestCSVInjectionInPod(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	evil := newAttacker(t)
-	url := "http://127.0.0.1:" + strconv.Itoa(evil.ln.Addr().(*net.TCPAddr).Port) + "/collect"
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	evil := airtest.NewAttacker(t)
+	url := "http://127.0.0.1:" + strconv.Itoa(evil.Port()) + "/collect"
 	run := `airlock run --isolation landlock --allow-downgrade staged_writes,max_memory,max_pids \
   --policy policy.yaml --env HOME=/home/agent --env ATTACKER_URL="$ATTACKER_URL" --json -- python3 ../agent_snippet.py > /report/report.json 2>/report/stderr
 code=$?; cp out/trend.txt /report/ 2>/dev/null; exit $code`
@@ -119,8 +109,8 @@ code=$?; cp out/trend.txt /report/ 2>/dev/null; exit $code`
 			t.Errorf("the report lists no denial of the connect to the attacker: %+v", rep.Denials)
 		}
 	})
-	evil.close()
-	if c, b := evil.conns.Load(), evil.bytes.Load(); c != 0 || b != 0 {
+	evil.Close()
+	if c, b := evil.Got(); c != 0 || b != 0 {
 		t.Errorf("the attacker's listener got %d connections and %d bytes, want none", c, b)
 	}
 }

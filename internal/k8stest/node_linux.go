@@ -497,3 +497,23 @@ func (n *Node) Dir() string { return n.dir }
 func (n *Node) Pids() []int {
 	return []int{n.containerd.cmd.Process.Pid, n.kubelet.cmd.Process.Pid}
 }
+
+// AirlockFiles builds airlock and airlock-init, static (CGO_ENABLED=0,
+// as an image without a C library needs), and returns them as the files
+// /usr/local/bin/airlock and /usr/local/bin/airlock-init of a layer.
+func AirlockFiles(t testing.TB) map[string]File {
+	t.Helper()
+	bins := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// go test puts $GOROOT/bin first on PATH.
+	build := exec.CommandContext(ctx, "go", "build", "-o", bins+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-init")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("k8stest: go build airlock and airlock-init: %v\n%s", err, out)
+	}
+	return map[string]File{
+		"/usr/local/bin/airlock":      {Source: filepath.Join(bins, "airlock"), Mode: 0o755},
+		"/usr/local/bin/airlock-init": {Source: filepath.Join(bins, "airlock-init"), Mode: 0o755},
+	}
+}
