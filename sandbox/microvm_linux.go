@@ -188,23 +188,7 @@ func (microvmBackend) launch(b *box) (*control, error) {
 // in place (the 9p share writes the host folder), and makes every write
 // grant a plain bind.
 func microvmWrites(b *box) error {
-	folders := false
-	for _, m := range b.pl.Mounts {
-		folders = folders || m.Kind == plan.KindOverlay
-	}
-	if folders && !b.cfg.Policy.AcceptsDowngrade(policy.DowngradeStagedWrites) {
-		return errors.New("under isolation microvm fs_write folders are written in place through the guest's 9p share (they are not staged): max_write is not enforced and new protected paths (git hooks, rc files) can be created; add staged_writes to allow_downgrade to accept that, or grant single files")
-	}
-	pl, err := copyPlan(b.pl)
-	if err != nil {
-		return err
-	}
-	plan.WritesInPlace(pl)
-	b.pl = pl
-	if folders {
-		b.downgraded(policy.DowngradeStagedWrites)
-	}
-	return nil
+	return writeInPlace(b, "under isolation microvm fs_write folders are written in place through the guest's 9p share (they are not staged): max_write is not enforced and new protected paths (git hooks, rc files) can be created; add staged_writes to allow_downgrade to accept that, or grant single files")
 }
 
 // startVMM starts the VMM launcher in its namespaces, gives it the trees
