@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -66,16 +67,79 @@ func runVM(t *testing.T, init string, spec policy.Spec, argv ...string) *sandbox
 
 // qemuPids lists the live QEMU processes airlock started (their command
 // line names the link's socket).
-func qemuPids() []int {
+func qemuPids() []int { return qemuUnder(os.Getpid()) }
+
+// qemuUnder lists the QEMU processes of a microVM run below root (its
+// descendants): other tests may boot microVMs at the same time (go test
+// runs packages in parallel, and the CSV example boots one).
+func qemuUnder(root int) []int {
 	var out []int
+	for _, pid := range descendants(root) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.Contains(string(b), "qemu-system") && strings.Contains(string(b), "/run/link.sock") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// markedUnder is marked, narrowed to the descendants of root.
+func markedUnder(t *testing.T, root int, mark string) []int {
+	t.Helper()
+	below := map[int]bool{}
+	for _, pid := range descendants(root) {
+		below[pid] = true
+	}
+	var out []int
+	for _, pid := range marked(t, mark) {
+		if below[pid] {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// descendants lists the live processes below root, from each one's
+// parent in /proc/PID/stat.
+func descendants(root int) []int {
+	parent := map[int]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(b), "qemu-system") && strings.Contains(string(b), "/run/link.sock") {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which ends with the last ')':
+		// state, then the parent's pid.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 1 {
+			if pp, err := strconv.Atoi(f[1]); err == nil {
+				parent[pid] = pp
+			}
+		}
+	}
+	var out []int
+	for pid := range parent {
+		for p, hops := parent[pid], 0; p != 0 && hops < 64; p, hops = parent[p], hops+1 {
+			if p == root {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// alive returns those of pids that still run the process they named when
+// the list was made (started at the same clock tick).
+func alive(pids []int, started map[int]uint64) []int {
+	var out []int
+	for _, pid := range pids {
+		if st, err := procStartTime(pid); err == nil && st == started[pid] {
 			out = append(out, pid)
 		}
 	}
@@ -378,9 +442,18 @@ func TestIsolationMicroVMKilled(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("the guest's command never started in 60s")
 	}
-	if len(qemuPids()) == 0 {
+	// This run's QEMU and VMM launcher, found below the supervisor while
+	// it lives: once it is killed they are no longer its descendants.
+	qemu, vmm := qemuUnder(cmd.Process.Pid), markedUnder(t, cmd.Process.Pid, nsinitVMM)
+	if len(qemu) == 0 || len(vmm) == 0 {
 		_ = cmd.Process.Kill()
-		t.Fatal("no QEMU process while the guest runs: the check below would prove nothing")
+		t.Fatalf("QEMU %v or the VMM launcher %v missing while the guest runs: the check below would prove nothing", qemu, vmm)
+	}
+	started := map[int]uint64{}
+	for _, pid := range append(slices.Clone(qemu), vmm...) {
+		if st, err := procStartTime(pid); err == nil {
+			started[pid] = st
+		}
 	}
 	killed := cmd.Process.Pid
 	start, err := procStartTime(killed)
@@ -391,8 +464,8 @@ func TestIsolationMicroVMKilled(t *testing.T) {
 	cgroupDirs := ownCgroupDirs(t)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
-	if !waitFor(20*time.Second, func() bool { return len(qemuPids()) == 0 && len(marked(t, nsinitVMM)) == 0 }) {
-		t.Fatalf("QEMU %v or the launcher %v outlived the supervisor", qemuPids(), marked(t, nsinitVMM))
+	if !waitFor(20*time.Second, func() bool { return len(alive(qemu, started)) == 0 && len(alive(vmm, started)) == 0 }) {
+		t.Fatalf("QEMU %v or the launcher %v outlived the supervisor", alive(qemu, started), alive(vmm, started))
 	}
 	leftovers := func() []string {
 		m, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d-*", killed)))
@@ -471,7 +544,7 @@ func TestIsolationMicroVMSession(t *testing.T) {
 	}
 	// What QEMU serves the guest hides the fs_deny folder too, not only
 	// the guest's init: the VMM's own root shows it empty.
-	vmm := marked(t, nsinitVMM)
+	vmm := markedUnder(t, os.Getpid(), nsinitVMM)
 	if len(vmm) != 1 {
 		t.Fatalf("VMM launchers: %v, want one", vmm)
 	}
