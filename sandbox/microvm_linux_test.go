@@ -451,9 +451,12 @@ func TestIsolationMicroVMKilled(t *testing.T) {
 	}
 	started := map[int]uint64{}
 	for _, pid := range append(slices.Clone(qemu), vmm...) {
-		if st, err := procStartTime(pid); err == nil {
-			started[pid] = st
+		st, err := procStartTime(pid)
+		if err != nil {
+			_ = cmd.Process.Kill()
+			t.Fatalf("the start time of %d, found running a moment ago: %v", pid, err)
 		}
+		started[pid] = st
 	}
 	killed := cmd.Process.Pid
 	start, err := procStartTime(killed)
