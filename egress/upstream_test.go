@@ -478,11 +478,25 @@ func TestUpstreamEarlyAnswer(t *testing.T) {
 
 // TestUpstreamStreams: a response the upstream sends in parts reaches the
 // client part by part: the proxy passes on what it has before it waits
-// for more.
+// for more, whether the body is chunked or of a known length (copied by
+// bodyWriter.ReadFrom in large pieces).
 func TestUpstreamStreams(t *testing.T) {
+	for _, length := range []bool{false, true} {
+		name := "chunked"
+		if length {
+			name = "content-length"
+		}
+		t.Run(name, func(t *testing.T) { testUpstreamStreams(t, length) })
+	}
+}
+
+func testUpstreamStreams(t *testing.T, length bool) {
 	next := make(chan struct{})
 	var once sync.Once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if length {
+			w.Header().Set("Content-Length", strconv.Itoa(len("first\nsecond\n")))
+		}
 		io.WriteString(w, "first\n")
 		w.(http.Flusher).Flush()
 		<-next // closed once the client has read the first part
@@ -503,6 +517,9 @@ func TestUpstreamStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if length && resp.ContentLength != int64(len("first\nsecond\n")) {
+		t.Fatalf("Content-Length = %d, want the upstream's", resp.ContentLength)
+	}
 	br := bufio.NewReader(resp.Body)
 	if l, err := br.ReadString('\n'); l != "first\n" {
 		t.Fatalf("first part = %q, %v; want it before the upstream sends more", l, err)

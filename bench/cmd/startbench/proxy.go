@@ -88,13 +88,28 @@ type ProxyMode struct {
 type ProxyResult struct {
 	Command string      `json:"command"`
 	Modes   []ProxyMode `json:"modes"`
+	// Bulk is the byte throughput of 1 MiB downloads on one keep-alive
+	// connection (BenchmarkBulkDirect, BenchmarkBulkViaProxy), in MB/s
+	// over the -count runs; nil when not measured.
+	Bulk *ProxyBulk `json:"bulk,omitempty"`
 }
+
+// ProxyBulk compares direct and proxied byte throughput.
+type ProxyBulk struct {
+	DirectMBs  Summary `json:"direct_mb_s"`
+	ProxyMBs   Summary `json:"proxy_mb_s"`
+	Throughput float64 `json:"throughput_ratio_median"` // proxy ÷ direct, of the medians
+}
+
+// bulkBytes is egress's bulkSize: the body BenchmarkBulk* download.
+const bulkBytes = 1 << 20
 
 // proxyBench runs egress's BenchmarkDirect, BenchmarkViaProxy and
 // BenchmarkViaRelay, whose target, proxy (or relay) and client all live
 // in one process on loopback.
 func proxyBench(ctx context.Context, repo string) (*ProxyResult, error) {
 	args := []string{"-bench", "Direct|ViaProxy|ViaRelay", "-benchtime", "2000x", "-count", "5", "./egress/"}
+	bulkArgs := []string{"-bench", "Bulk", "-benchtime", "300x", "-count", "5", "./egress/"}
 	log.Printf("proxy: go test -run '^$' %s", strings.Join(args, " "))
 	bs, err := goBench(ctx, repo, args...)
 	if err != nil {
@@ -125,6 +140,28 @@ func proxyBench(ctx context.Context, repo string) (*ProxyResult, error) {
 			mode, m.Direct.Median, m.Proxy.Median, 100*m.Throughput, 100*m.ThroughputMin, m.AddedUS, m.AddedUSMin, m.Relay.Median, 100*ratio(m.Direct.Median, m.Relay.Median))
 		res.Modes = append(res.Modes, m)
 	}
+	log.Printf("proxy: go test -run '^$' %s", strings.Join(bulkArgs, " "))
+	bulk, err := goBench(ctx, repo, bulkArgs...)
+	if err != nil {
+		return res, err
+	}
+	res.Command += "; go test -run '^$' " + strings.Join(bulkArgs, " ")
+	var d, p []float64
+	for _, b := range bulk {
+		mbs := float64(bulkBytes) / b.NsPerOp * 1e3 // bytes per ns × 1e3 = MB/s
+		switch b.Name {
+		case "BulkDirect":
+			d = append(d, mbs)
+		case "BulkViaProxy":
+			p = append(p, mbs)
+		}
+	}
+	if len(d) == 0 || len(p) == 0 {
+		return res, fmt.Errorf("proxy benchmark: no bulk results")
+	}
+	res.Bulk = &ProxyBulk{DirectMBs: summarize(d), ProxyMBs: summarize(p)}
+	res.Bulk.Throughput = ratio(res.Bulk.ProxyMBs.Median, res.Bulk.DirectMBs.Median)
+	log.Printf("proxy bulk: direct %.0f MB/s, via proxy %.0f MB/s: %.0f%%", res.Bulk.DirectMBs.Median, res.Bulk.ProxyMBs.Median, 100*res.Bulk.Throughput)
 	return res, nil
 }
 

@@ -79,6 +79,14 @@ func markdown(r *Results) string {
 			p("| %s | %.1f | %.1f | %.0f%% | %.1f | %.0f%% | %.1f |\n", pm.Mode, pm.Direct.Median, pm.Proxy.Median,
 				100*pm.Throughput, pm.AddedUS, 100*pm.ThroughputMin, pm.AddedUSMin)
 		}
+		p("\nThe floor under these, a byte relay that parses and decides nothing (BenchmarkViaRelay):")
+		for _, pm := range r.Proxy.Modes {
+			p(" %s %.1f µs (%.0f%% of direct);", pm.Mode, pm.Relay.Median, 100*ratio(pm.Direct.Median, pm.Relay.Median))
+		}
+		p(" any proxy's extra loopback hop costs that much on requests this small.\n")
+		if b := r.Proxy.Bulk; b != nil {
+			p("\nBytes, not requests: 1 MiB bodies on one keep-alive connection, direct %.0f MB/s, via the proxy %.0f MB/s (%.0f%%; medians of %d runs).\n", b.DirectMBs.Median, b.ProxyMBs.Median, 100*b.Throughput, b.ProxyMBs.N)
+		}
 		p("\n")
 	}
 

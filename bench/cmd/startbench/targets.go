@@ -116,6 +116,12 @@ func targets(r *Results) []Target {
 	} else {
 		add("proxy keep-alive throughput", "≥ 0.9× direct", "", 0, false, false)
 	}
+	if r.Proxy != nil && r.Proxy.Bulk != nil {
+		b := r.Proxy.Bulk
+		add("proxy keep-alive throughput, 1 MiB bodies", "≥ 0.9× direct", fmt.Sprintf("%.0f vs %.0f MB/s", b.ProxyMBs.Median, b.DirectMBs.Median), b.Throughput, b.Throughput >= 0.9, true)
+	} else {
+		add("proxy keep-alive throughput, 1 MiB bodies", "≥ 0.9× direct", "", 0, false, false)
+	}
 	if fresh != nil {
 		add("proxy new connection, added", "≤ 100 µs", fmt.Sprintf("+%.0f µs", fresh.AddedUS), fresh.AddedUS/100, fresh.AddedUS <= 100, true)
 	} else {
