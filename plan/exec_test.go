@@ -15,7 +15,7 @@ import (
 // case, and bad entries are refused.
 func TestExecEnv(t *testing.T) {
 	pl := &plan.Plan{Env: []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8", "HTTP_PROXY=http://127.0.0.1:1"}}
-	got, err := pl.ExecEnv([]string{"FOO=bar", "LANG=de_DE.UTF-8", "EMPTY="})
+	got, err := plan.ExecEnv(pl, []string{"FOO=bar", "LANG=de_DE.UTF-8", "EMPTY="})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestExecEnv(t *testing.T) {
 	}
 	for _, bad := range []string{"PATH=/evil", "path=/evil", "LD_PRELOAD=/tmp/x.so", "ld_audit=x", "LD_LIBRARY_PATH=/tmp",
 		"HTTP_PROXY=http://evil", "https_proxy=x", "ALL_PROXY=x", "no_proxy=*", "NOEQUALS", "=x", "A=b\x00c"} {
-		if env, err := pl.ExecEnv([]string{bad}); err == nil || !errors.Is(err, plan.ErrBadRequest) {
+		if env, err := plan.ExecEnv(pl, []string{bad}); err == nil || !errors.Is(err, plan.ErrBadRequest) {
 			t.Errorf("ExecEnv(%q) = %q, %v; want ErrBadRequest", bad, env, err)
 		}
 	}

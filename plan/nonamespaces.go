@@ -10,13 +10,6 @@ import (
 	"github.com/airlock-sandbox/airlock/policy/pathspec"
 )
 
-// NoNamespacesMinLandlock is the lowest Landlock ABI the backend without
-// namespaces runs on: ABI 4 restricts TCP bind and connect, and ABI 6
-// scopes signals and abstract unix sockets to the sandbox, which is what
-// keeps the caller's other processes (same uid, no pid namespace) out of
-// reach. Below it the backend refuses to start.
-const NoNamespacesMinLandlock = 6
-
 // ErrNeedsNamespaces wraps what a policy asks for that only the namespace
 // backend can enforce.
 var ErrNeedsNamespaces = errors.New("plan: needs namespaces")

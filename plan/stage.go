@@ -171,15 +171,3 @@ func within(roots []string, p string) bool {
 	}
 	return false
 }
-
-// Cloned reports whether the step needs a clone of its host Source: binds,
-// and staged grants, whose clone is the read-only lower layer.
-func (m Mount) Cloned() bool {
-	return m.Kind == KindBind || m.Kind == KindOverlay || m.Kind == KindStagedFile
-}
-
-// Grant reports whether the step places an fs_read or fs_write grant, whose
-// root the supervisor's file API holds open.
-func (m Mount) Grant() bool {
-	return m.Cloned() && (m.Origin == OriginFSRead || m.Origin == OriginFSWrite)
-}

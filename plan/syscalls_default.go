@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"slices"
 	"sort"
 	"sync"
 )
@@ -156,28 +155,28 @@ var allowed = []struct {
 // is refused too (the filter is an allow-list); these are named so that
 // explain can say what is gone and a test can check that it is.
 var refused = []SyscallGroup{
-	{"io_uring", "a large, fast-moving kernel surface that also performs I/O seccomp never sees",
-		[]string{"io_uring_setup", "io_uring_enter", "io_uring_register"}},
-	{"code that was never on disk", "memfd plus execveat(AT_EMPTY_PATH) execs code out of reach of Landlock's execute rights; execve stays",
-		[]string{"memfd_create", "memfd_secret", "execveat"}},
-	{"other processes", "reading and writing other processes' memory and descriptors",
-		[]string{"ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp", "pidfd_getfd"}},
-	{"file handles", "file handles bypass path-based checks",
-		[]string{"name_to_handle_at", "open_by_handle_at"}},
-	{"namespaces and mounts", "the sandbox's namespaces and root are fixed before the command starts",
-		[]string{"unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick",
+	{Name: "io_uring", Why: "a large, fast-moving kernel surface that also performs I/O seccomp never sees",
+		Names: []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}},
+	{Name: "code that was never on disk", Why: "memfd plus execveat(AT_EMPTY_PATH) execs code out of reach of Landlock's execute rights; execve stays",
+		Names: []string{"memfd_create", "memfd_secret", "execveat"}},
+	{Name: "other processes", Why: "reading and writing other processes' memory and descriptors",
+		Names: []string{"ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp", "pidfd_getfd"}},
+	{Name: "file handles", Why: "file handles bypass path-based checks",
+		Names: []string{"name_to_handle_at", "open_by_handle_at"}},
+	{Name: "namespaces and mounts", Why: "the sandbox's namespaces and root are fixed before the command starts",
+		Names: []string{"unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick",
 			"move_mount", "open_tree", "open_tree_attr", "mount_setattr", "listmount", "statmount"}},
-	{"eBPF and perf", "kernel attack surface with a record of privilege escalation",
-		[]string{"bpf", "perf_event_open"}},
-	{"keyrings", "the kernel keyrings are not namespaced",
-		[]string{"keyctl", "add_key", "request_key"}},
-	{"userfaultfd", "it widens race windows in kernel exploits",
-		[]string{"userfaultfd"}},
-	{"the kernel itself", "modules, kexec and obsolete module interfaces",
-		[]string{"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+	{Name: "eBPF and perf", Why: "kernel attack surface with a record of privilege escalation",
+		Names: []string{"bpf", "perf_event_open"}},
+	{Name: "keyrings", Why: "the kernel keyrings are not namespaced",
+		Names: []string{"keyctl", "add_key", "request_key"}},
+	{Name: "userfaultfd", Why: "it widens race windows in kernel exploits",
+		Names: []string{"userfaultfd"}},
+	{Name: "the kernel itself", Why: "modules, kexec and obsolete module interfaces",
+		Names: []string{"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
 			"create_module", "get_kernel_syms", "query_module"}},
-	{"the clock and the host", "the sandbox has no business with the clock, the host's name or its administration",
-		[]string{"adjtimex", "clock_adjtime", "settimeofday", "clock_settime", "sethostname", "setdomainname",
+	{Name: "the clock and the host", Why: "the sandbox has no business with the clock, the host's name or its administration",
+		Names: []string{"adjtimex", "clock_adjtime", "settimeofday", "clock_settime", "sethostname", "setdomainname",
 			"acct", "swapon", "swapoff", "reboot", "quotactl", "quotactl_fd", "lookup_dcookie", "vhangup",
 			"iopl", "ioperm", "syslog", "nfsservctl", "uselib", "fanotify_init", "mbind", "set_mempolicy"}},
 }
@@ -308,23 +307,6 @@ func DefaultSeccomp() Seccomp { return defaultSeccomp().Copy() }
 // defaultSeccomp builds the profile once: building and sorting it was a
 // fifth of a plan's compile time.
 var defaultSeccomp = sync.OnceValue(buildDefaultSeccomp)
-
-// Copy returns a copy of s that shares no slice with it.
-func (s Seccomp) Copy() Seccomp {
-	c := Seccomp{Default: s.Default, Syscalls: make([]Syscall, len(s.Syscalls))}
-	for i, sc := range s.Syscalls {
-		sc.Rules = slices.Clone(sc.Rules)
-		for j := range sc.Rules {
-			sc.Rules[j].Conds = slices.Clone(sc.Rules[j].Conds)
-		}
-		c.Syscalls[i] = sc
-	}
-	for _, g := range s.Refused {
-		g.Names = slices.Clone(g.Names)
-		c.Refused = append(c.Refused, g)
-	}
-	return c
-}
 
 func buildDefaultSeccomp() Seccomp {
 	s := Seccomp{Default: ActEPERM}

@@ -7,17 +7,6 @@ import (
 	"strings"
 )
 
-// Ports of airlock's own listeners for transparent egress inside the
-// sandbox's network namespace, next to the proxy's.
-const (
-	// TunnelPort is where the connect broker connects the sandbox's own
-	// socket for a granted destination; the proxy carries it there. A
-	// connection to it that the broker did not make is closed.
-	TunnelPort = 3127
-	// DNSPort is airlock's DNS server on 127.0.0.1 (UDP).
-	DNSPort = 53
-)
-
 // Transparent egress: a program that knows nothing of proxies (a Go
 // binary with its own transport, Node's fetch, a raw socket) reaches a
 // granted name:port by name. The sandbox's resolver asks airlock's DNS on
@@ -104,11 +93,6 @@ func setResolver(pl *Plan, resolv, nsswitch string) {
 		}
 	}
 }
-
-// CABundlePath is where the sandbox finds the roots it trusts when the
-// proxy terminates TLS to add credentials: the host's bundle and airlock's
-// per-run CA.
-const CABundlePath = "/etc/airlock/ca-certificates.pem"
 
 // CAVars are the variables common TLS clients read their trusted roots
 // from; WithCABundle points each at CABundlePath.

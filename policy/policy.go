@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/downgrade"
 	"github.com/airlock-sandbox/airlock/policy/hostspec"
 	"github.com/airlock-sandbox/airlock/policy/pathspec"
 )
@@ -15,36 +16,22 @@ const Version = 1
 
 // Downgrade names an enforcement layer the policy accepts running without
 // when the host lacks it (policy key "allow_downgrade"). Anything not listed
-// makes a missing feature a refusal (exit 125).
-type Downgrade string
+// makes a missing feature a refusal (exit 125). The names are defined in
+// policy/downgrade, which the plan's data shares without linking the
+// policy parser.
+type Downgrade = downgrade.Layer
 
-// Downgrades a policy may accept.
+// Downgrades a policy may accept (see policy/downgrade for what each
+// gives up).
 const (
-	DowngradeLandlock Downgrade = "landlock"   // run without Landlock (mount namespace still applies)
-	DowngradeMemory   Downgrade = "max_memory" // no memory controller: RLIMIT_AS only
-	DowngradeCPU      Downgrade = "max_cpu"    // no cpu controller: RLIMIT_CPU only
-	DowngradePids     Downgrade = "max_pids"   // no pids controller: RLIMIT_NPROC only
-	DowngradeFSAudit  Downgrade = "fs_audit"   // filesystem denials cannot be reported
-	// DowngradeProc: where the kernel refuses the sandbox a /proc of its
-	// own (inside a container that masks parts of its /proc), the
-	// container's /proc read-only instead: the container's other processes
-	// are listed there, under the container's pid numbers, and cannot be
-	// signalled, traced or read beyond what ps shows.
-	DowngradeProc Downgrade = "proc"
-	// DowngradeNamespaces: where user namespaces cannot be created (a
-	// container's seccomp profile, user.max_user_namespaces=0, AppArmor's
-	// restriction), the backend without namespaces: Landlock for files
-	// and execution, seccomp, rlimits and cgroups where delegated, egress
-	// forced through the proxy by seccomp user notification on connect.
-	// Other processes are visible but cannot be signalled or traced,
-	// files outside grants exist but are denied, there is no private
-	// /tmp (a scratch folder instead) and no local servers.
-	DowngradeNamespaces Downgrade = "namespaces"
-	// DowngradeStagedWrites: without namespaces, fs_write folders are
-	// written in place: max_write is not enforced and the protected paths
-	// inside them (git hooks, shell rc files) cannot be kept read-only,
-	// since Landlock only adds rights.
-	DowngradeStagedWrites Downgrade = "staged_writes"
+	DowngradeLandlock     = downgrade.Landlock     // run without Landlock (mount namespace still applies)
+	DowngradeMemory       = downgrade.Memory       // no memory controller: RLIMIT_AS only
+	DowngradeCPU          = downgrade.CPU          // no cpu controller: RLIMIT_CPU only
+	DowngradePids         = downgrade.Pids         // no pids controller: RLIMIT_NPROC only
+	DowngradeFSAudit      = downgrade.FSAudit      // filesystem denials cannot be reported
+	DowngradeProc         = downgrade.Proc         // the container's /proc, read-only, when the kernel refuses a fresh one
+	DowngradeNamespaces   = downgrade.Namespaces   // the backend without namespaces where user namespaces cannot be created
+	DowngradeStagedWrites = downgrade.StagedWrites // without namespaces, fs_write folders written in place
 )
 
 // Policy is an immutable, fully validated allow-list. The zero Policy is

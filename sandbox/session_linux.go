@@ -151,7 +151,7 @@ func (s *Session) exec(ctx context.Context, req ExecRequest) *Report {
 	if err != nil {
 		return refuse(127, err)
 	}
-	env, err := b.pl.ExecEnv(req.Env)
+	env, err := plan.ExecEnv(b.pl, req.Env)
 	if err != nil {
 		return refuse(125, err)
 	}

@@ -13,7 +13,7 @@ import (
 // A session's exec names a tool, an environment and a folder; each is
 // checked against the plan before anything is sent to the sandbox (and the
 // init checks the tool again): the tool here, the environment and the
-// folder by the plan (Plan.ExecEnv, plan.Workdir).
+// folder by the plan (plan.ExecEnv, plan.Workdir).
 
 // resolveTool maps Args[0] to the executable's path inside the sandbox:
 // it must be one of the plan's tools (allowed_tools).

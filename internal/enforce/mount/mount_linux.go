@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // ErrSymlink is wrapped when a bind source has a symlink in its path.
@@ -28,7 +28,7 @@ var ErrSymlink = errors.New("a path component is a symlink")
 // Preconditions:
 //   - the caller holds CAP_SYS_ADMIN over the current mount namespace
 //   - idmapping (usernsFD >= 0) needs CAP_SYS_ADMIN in the initial user namespace
-func Clone(m plan.Mount, usernsFD int) (int, error) {
+func Clone(m spec.Mount, usernsFD int) (int, error) {
 	attr, err := CloneAttr(m)
 	if err != nil {
 		return -1, err
@@ -70,15 +70,15 @@ func Clone(m plan.Mount, usernsFD int) (int, error) {
 // the clone of m: m.Flags(), and read-only for the lower layer of a staged
 // grant. Only binds of host paths are cloned, and only binds under /dev
 // (Origin sandbox) may keep device nodes.
-func CloneAttr(m plan.Mount) (uint64, error) {
+func CloneAttr(m spec.Mount) (uint64, error) {
 	if !m.Cloned() {
 		return 0, fmt.Errorf("airlock bug: mount %s at %s is not a bind of a host path", m.Kind, m.Target)
 	}
 	f := m.Flags()
-	if !f.NoDev && (m.Kind != plan.KindBind || m.Origin != plan.OriginSandbox) {
+	if !f.NoDev && (m.Kind != spec.KindBind || m.Origin != spec.OriginSandbox) {
 		return 0, fmt.Errorf("airlock bug: %s %s at %s would keep device nodes: only the sandbox's device binds may", m.Origin, m.Kind, m.Target)
 	}
-	if m.Kind == plan.KindOverlay || m.Kind == plan.KindStagedFile {
+	if m.Kind == spec.KindOverlay || m.Kind == spec.KindStagedFile {
 		f.ReadOnly = true // the lower layer, never written
 	}
 	var attr uint64
@@ -96,7 +96,7 @@ func CloneAttr(m plan.Mount) (uint64, error) {
 // MountFlags returns the MS_* flags (mount(2)) a step that is not a clone
 // gets from m.Flags(): the overlay of a staged folder, the bind of a
 // staged file's copy, a read-only narrowing.
-func MountFlags(m plan.Mount) uintptr {
+func MountFlags(m spec.Mount) uintptr {
 	f := m.Flags()
 	var ms uintptr
 	for _, b := range []struct {
@@ -172,21 +172,21 @@ func (b *Builder) parent(target string) (int, string, error) {
 }
 
 // Place creates the step m in the new root; for binds, tree is the fd from Clone.
-func (b *Builder) Place(m plan.Mount, tree int) error {
+func (b *Builder) Place(m spec.Mount, tree int) error {
 	pfd, name, err := b.parent(m.Target)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(pfd)
 	switch m.Kind {
-	case plan.KindSymlink:
+	case spec.KindSymlink:
 		if err := unix.Symlinkat(m.Source, pfd, name); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("symlink %s: %w", m.Target, err)
 		}
 		return nil
-	case plan.KindDir:
+	case spec.KindDir:
 		return mkdirat(pfd, name)
-	case plan.KindFile:
+	case spec.KindFile:
 		fd, err := unix.Openat(pfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 		if err != nil {
 			return fmt.Errorf("create %s: %w", m.Target, err)
@@ -197,13 +197,13 @@ func (b *Builder) Place(m plan.Mount, tree int) error {
 			return fmt.Errorf("write %s: %w", m.Target, err)
 		}
 		return nil
-	case plan.KindTmpfs:
+	case spec.KindTmpfs:
 		if err := mkdirat(pfd, name); err != nil {
 			return err
 		}
 		return unix.Mount("tmpfs", b.Root+m.Target, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
 			fmt.Sprintf("size=%d,mode=1777,nr_inodes=%d", m.Size, max(m.Size/4096, 1024)))
-	case plan.KindProc:
+	case spec.KindProc:
 		if err := mkdirat(pfd, name); err != nil {
 			return err
 		}
@@ -227,7 +227,7 @@ func (b *Builder) Place(m plan.Mount, tree int) error {
 		}
 		b.ProcShared = true
 		return nil
-	case plan.KindBind:
+	case spec.KindBind:
 		var st unix.Stat_t
 		if err := unix.Fstatat(tree, "", &st, unix.AT_EMPTY_PATH); err != nil {
 			return fmt.Errorf("stat %s: %w", m.Source, err)

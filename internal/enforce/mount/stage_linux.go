@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // Writable grants are staged (see plan/stage.go): folder grants
@@ -26,7 +26,7 @@ func stageDir(n int) string { return strconv.Itoa(n) }
 // m.Size: the bytes of staged files copied in, which are not the run's own
 // writes. The tmpfs has at most one inode per 4 KiB of its size (tmpfs
 // charges a page per file anyway), at least 4096.
-func (b *Builder) MountStage(m plan.Mount, extra int64) error {
+func (b *Builder) MountStage(m spec.Mount, extra int64) error {
 	pfd, name, err := b.parent(m.Target)
 	if err != nil {
 		return err
@@ -50,7 +50,7 @@ func (b *Builder) MountStage(m plan.Mount, extra int64) error {
 //
 // Preconditions:
 //   - MountStage ran
-func (b *Builder) PlaceOverlay(m plan.Mount, tree int) error {
+func (b *Builder) PlaceOverlay(m spec.Mount, tree int) error {
 	if b.stage == "" {
 		return errors.New("airlock bug: overlay before the stage is mounted")
 	}
@@ -100,7 +100,7 @@ func StagedFileSize(tree int) (int64, error) {
 //
 // Preconditions:
 //   - MountStage ran
-func (b *Builder) PlaceStagedFile(m plan.Mount, tree int) error {
+func (b *Builder) PlaceStagedFile(m spec.Mount, tree int) error {
 	if b.stage == "" {
 		return errors.New("airlock bug: staged file before the stage is mounted")
 	}
@@ -169,7 +169,7 @@ func bindRW(src, dst string, flags uintptr) error {
 // PlaceNarrowing applies a KindReadonly or KindHide step. It returns false
 // when the path is not in this root (it was removed since the plan was
 // made, or it lies under a grant that is not there).
-func (b *Builder) PlaceNarrowing(m plan.Mount) (bool, error) {
+func (b *Builder) PlaceNarrowing(m spec.Mount) (bool, error) {
 	pfd, name, err := b.parent(m.Target)
 	if errors.Is(err, unix.EROFS) || errors.Is(err, unix.ENOENT) {
 		return false, nil
@@ -191,7 +191,7 @@ func (b *Builder) PlaceNarrowing(m plan.Mount) (bool, error) {
 		return false, nil
 	}
 	target := b.Root + m.Target
-	if m.Kind == plan.KindHide {
+	if m.Kind == spec.KindHide {
 		return true, b.hide(target, st.Mode&unix.S_IFMT == unix.S_IFDIR)
 	}
 	// Bind the path onto itself, then make that mount read-only: the

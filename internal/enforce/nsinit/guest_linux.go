@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // GuestInit is the path of airlock's init in a microVM's initramfs: the
@@ -81,7 +81,7 @@ func guest() error {
 	if err != nil || f.kind != framePlan {
 		return fmt.Errorf("link: expected the plan: kind %d, %v", f.kind, err)
 	}
-	var pl plan.Plan
+	var pl spec.Plan
 	if err := pl.UnmarshalBinary(f.data); err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
@@ -189,7 +189,7 @@ func switchRoot() error {
 
 // guestCgroup makes the sandbox's cgroup in the guest (cgroup v2) with the
 // plan's pids and memory limits, and returns it open.
-func guestCgroup(pl *plan.Plan) (*os.File, *guestEvents, error) {
+func guestCgroup(pl *spec.Plan) (*os.File, *guestEvents, error) {
 	const root = "/sys"
 	if err := unix.Mount("cgroup2", root, "cgroup2", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return nil, nil, fmt.Errorf("mount cgroup2: %w", err)
@@ -255,7 +255,7 @@ func (g *guestEvents) halts() []Message {
 // startGuestInit starts airlock's init from self in the plan's namespaces
 // of the guest kernel, hands it the plan and lets it go. It returns the
 // guest end of the init's control socket.
-func startGuestInit(self, group *os.File, pl *plan.Plan, raw []byte) (int, *exec.Cmd, error) {
+func startGuestInit(self, group *os.File, pl *spec.Plan, raw []byte) (int, *exec.Cmd, error) {
 	flags, err := namespace.CloneFlags(pl.Namespaces)
 	if err != nil {
 		return -1, nil, err

@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/mount"
 	"github.com/airlock-sandbox/airlock/internal/enforce/netns"
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // stageError is a failure before the command started: exit 125.
@@ -65,7 +65,7 @@ func run() int {
 const maxPlan = 16 << 20
 
 // readPlan reads the plan (plan.Plan's binary form) up to EOF.
-func readPlan() (*plan.Plan, error) {
+func readPlan() (*spec.Plan, error) {
 	f := os.NewFile(PlanFD, "plan")
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxPlan+1))
@@ -75,7 +75,7 @@ func readPlan() (*plan.Plan, error) {
 	if len(b) > maxPlan {
 		return nil, fmt.Errorf("plan larger than %d bytes", maxPlan)
 	}
-	var pl plan.Plan
+	var pl spec.Plan
 	if err := pl.UnmarshalBinary(b); err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func setupAndRun(early earlyNet) (int, error) {
 	return serve(pl)
 }
 
-func setupNetwork(pl *plan.Plan, early earlyNet) error {
+func setupNetwork(pl *spec.Plan, early earlyNet) error {
 	switch {
 	case early.done && early.err != nil:
 		return early.err
@@ -187,24 +187,24 @@ func setupNetwork(pl *plan.Plan, early earlyNet) error {
 	if !pl.Proxy {
 		return nil
 	}
-	httpFD, err := netns.Listen(plan.HTTPProxyPort)
+	httpFD, err := netns.Listen(spec.HTTPProxyPort)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(httpFD)
-	socksFD, err := netns.Listen(plan.SOCKSProxyPort)
+	socksFD, err := netns.Listen(spec.SOCKSProxyPort)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(socksFD)
 	fds := []int{httpFD, socksFD}
 	if pl.Transparent {
-		tunnelFD, err := netns.Listen(plan.TunnelPort)
+		tunnelFD, err := netns.Listen(spec.TunnelPort)
 		if err != nil {
 			return err
 		}
 		defer unix.Close(tunnelFD)
-		dnsFD, err := netns.ListenUDP(plan.DNSPort)
+		dnsFD, err := netns.ListenUDP(spec.DNSPort)
 		if err != nil {
 			return err
 		}
@@ -217,7 +217,7 @@ func setupNetwork(pl *plan.Plan, early earlyNet) error {
 // setupMounts builds the root and pivots into it. It returns the fds the
 // supervisor keeps: the stage (-1 when nothing is staged) and the root of
 // every grant, in plan order, as the sandbox sees them.
-func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, procShared bool, err error) {
+func setupMounts(pl *spec.Plan, cloneFDs []int) (stage int, grants []int, procShared bool, err error) {
 	// Clone every source before the root tmpfs covers /tmp: grants may live
 	// there on the host.
 	trees := make([]int, len(pl.Mounts))
@@ -269,7 +269,7 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, procSh
 			}
 			trees[i] = fd
 		}
-		if m.Kind == plan.KindStagedFile {
+		if m.Kind == spec.KindStagedFile {
 			n, err := mount.StagedFileSize(trees[i])
 			if err != nil {
 				return -1, nil, false, fmt.Errorf("fs_write %s: %w", m.Source, err)
@@ -285,13 +285,13 @@ func setupMounts(pl *plan.Plan, cloneFDs []int) (stage int, grants []int, procSh
 		switch {
 		case m.Cloned() && trees[i] < 0:
 			continue // an optional source that is absent
-		case m.Kind == plan.KindStage:
+		case m.Kind == spec.KindStage:
 			err = b.MountStage(m, staged)
-		case m.Kind == plan.KindOverlay:
+		case m.Kind == spec.KindOverlay:
 			err = b.PlaceOverlay(m, trees[i])
-		case m.Kind == plan.KindStagedFile:
+		case m.Kind == spec.KindStagedFile:
 			err = b.PlaceStagedFile(m, trees[i])
-		case m.Kind == plan.KindReadonly || m.Kind == plan.KindHide:
+		case m.Kind == spec.KindReadonly || m.Kind == spec.KindHide:
 			_, err = b.PlaceNarrowing(m)
 		default:
 			err = b.Place(m, trees[i])

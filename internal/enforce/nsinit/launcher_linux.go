@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // The OCI launcher is the control process of isolation oci: airlock's
@@ -157,17 +157,17 @@ func (l *launcher) setup(hide bool, stageDir, lowers string) error {
 			}
 		}
 	}
-	var spec struct {
+	var config struct {
 		Process json.RawMessage `json:"process"`
 	}
 	data, err := os.ReadFile(filepath.Join(l.bundle, "config.json"))
 	if err == nil {
-		err = json.Unmarshal(data, &spec)
+		err = json.Unmarshal(data, &config)
 	}
-	if err != nil || len(spec.Process) == 0 {
+	if err != nil || len(config.Process) == 0 {
 		return fmt.Errorf("read the bundle's process: %v", err)
 	}
-	l.process = spec.Process
+	l.process = config.Process
 	data, err = os.ReadFile(filepath.Join(l.bundle, LaunchFile))
 	if err == nil {
 		err = json.Unmarshal(data, &l.info)
@@ -282,7 +282,7 @@ func containerNetwork(pid string, proxy bool) error {
 			done <- fmt.Errorf("join the container's network namespace: %w", err)
 			return
 		}
-		done <- setupNetwork(&plan.Plan{Proxy: proxy}, earlyNet{})
+		done <- setupNetwork(&spec.Plan{Proxy: proxy}, earlyNet{})
 	}()
 	return <-done
 }
@@ -510,7 +510,7 @@ func (l *launcher) reap() {
 func Pause() {
 	signal.Ignore(unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
 	if len(os.Args) == 4 && os.Args[1] == "forward" {
-		for port, sock := range map[int]string{plan.HTTPProxyPort: os.Args[2], plan.SOCKSProxyPort: os.Args[3]} {
+		for port, sock := range map[int]string{spec.HTTPProxyPort: os.Args[2], spec.SOCKSProxyPort: os.Args[3]} {
 			if err := forward(port, sock); err != nil {
 				fmt.Fprintf(os.Stderr, "airlock pause: %v\n", err)
 				os.Exit(125) // no proxy: the container ends rather than run without one

@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
 	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // restrict applies, in order: Landlock, rlimits, capabilities, no_new_privs
@@ -23,7 +23,7 @@ import (
 // Preconditions:
 //   - runs on the locked OS thread that will fork the command
 //   - pivot_root is done: rule paths are the sandbox's
-func restrict(pl *plan.Plan) (abi, listener int, err error) {
+func restrict(pl *spec.Plan) (abi, listener int, err error) {
 	abi, err = applyLandlock(pl)
 	if err != nil {
 		return 0, -1, fail("landlock", err)
@@ -66,7 +66,7 @@ func restrict(pl *plan.Plan) (abi, listener int, err error) {
 	return abi, -1, nil
 }
 
-func applyLandlock(pl *plan.Plan) (int, error) {
+func applyLandlock(pl *spec.Plan) (int, error) {
 	cfg := landlock.Config{
 		// The network namespace holds only lo (setupNetwork verifies it), so
 		// connect() can reach nothing but the sandbox's own servers and the
@@ -93,7 +93,7 @@ func applyLandlock(pl *plan.Plan) (int, error) {
 
 // landlockPaths merges the plan's rules into one rule per path, skipping
 // paths the root does not have (nothing to grant there).
-func landlockPaths(pl *plan.Plan) []landlock.PathRule {
+func landlockPaths(pl *spec.Plan) []landlock.PathRule {
 	var paths []landlock.PathRule
 	seen := map[string]int{}
 	for _, r := range pl.Rules {
@@ -101,13 +101,13 @@ func landlockPaths(pl *plan.Plan) []landlock.PathRule {
 			continue
 		}
 		a := landlock.Access(0)
-		if r.Access&plan.Read != 0 {
+		if r.Access&spec.Read != 0 {
 			a |= landlock.Read
 		}
-		if r.Access&plan.Write != 0 {
+		if r.Access&spec.Write != 0 {
 			a |= landlock.Write
 		}
-		if r.Access&plan.Execute != 0 {
+		if r.Access&spec.Execute != 0 {
 			a |= landlock.Execute
 		}
 		if i, ok := seen[r.Path]; ok {
@@ -130,7 +130,7 @@ var rlimitNames = map[string]int{
 }
 
 // rlimit returns the resource and the limits setrlimit(2) gets for r.
-func rlimit(r plan.Rlimit) (int, unix.Rlimit, error) {
+func rlimit(r spec.Rlimit) (int, unix.Rlimit, error) {
 	res, ok := rlimitNames[r.Resource]
 	if !ok {
 		return 0, unix.Rlimit{}, fmt.Errorf("airlock bug: unknown rlimit %q", r.Resource)
@@ -141,7 +141,7 @@ func rlimit(r plan.Rlimit) (int, unix.Rlimit, error) {
 	return res, unix.Rlimit{Cur: r.Value, Max: r.Hard}, nil
 }
 
-func applyRlimits(rs []plan.Rlimit) error {
+func applyRlimits(rs []spec.Rlimit) error {
 	for _, r := range rs {
 		res, lim, err := rlimit(r)
 		if err != nil {

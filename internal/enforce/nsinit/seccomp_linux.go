@@ -2,7 +2,7 @@ package nsinit
 
 import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // installSeccomp compiles the plan's syscall profile for this architecture
@@ -11,7 +11,7 @@ import (
 // Preconditions:
 //   - no_new_privs is set
 //   - it is the last restriction before the command is forked and executed
-func installSeccomp(pl *plan.Plan) error {
+func installSeccomp(pl *spec.Plan) error {
 	prog, err := seccomp.Build(pl.Seccomp, seccomp.Options{})
 	if err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // reaper matches reaped children to the exec that started them. Orphans
@@ -76,7 +76,7 @@ func reportExit(id string, r reaped) {
 // Preconditions:
 //   - every restriction is applied (restrict returned)
 //   - runs on the locked OS thread that applied them
-func serve(pl *plan.Plan) (int, error) {
+func serve(pl *spec.Plan) (int, error) {
 	return serveOn(pl, func(f func()) { f() }, false)
 }
 
@@ -85,7 +85,7 @@ func serve(pl *plan.Plan) (int, error) {
 // pid namespace to end its tree: it kills every descendant on SIGTERM
 // (the supervisor's teardown and its death signal) and when the control
 // socket closes.
-func serveOn(pl *plan.Plan, fork func(func()), unshared bool) (int, error) {
+func serveOn(pl *spec.Plan, fork func(func()), unshared bool) (int, error) {
 	signal.Ignore(unix.SIGINT, unix.SIGHUP, unix.SIGQUIT)
 	if unshared {
 		term := make(chan os.Signal, 1)
@@ -145,7 +145,7 @@ func serveOn(pl *plan.Plan, fork func(func()), unshared bool) (int, error) {
 	}
 }
 
-func startExec(pl *plan.Plan, tools map[string]bool, rp *reaper, m Message, fds []int, fork func(func())) {
+func startExec(pl *spec.Plan, tools map[string]bool, rp *reaper, m Message, fds []int, fork func(func())) {
 	defer closeAll(fds)
 	fail := func(code int, msg string) {
 		_ = Send(ControlFD, Message{Type: MsgExit, ID: m.ID, Code: code, Error: msg}) // reported as the exec's result

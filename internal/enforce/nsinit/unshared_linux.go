@@ -13,7 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
 	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // The init without namespaces (plan.NoNamespaces) runs in the host's
@@ -50,7 +50,7 @@ func (j *jail) do(f func()) {
 }
 
 // setupUnshared is setupAndRun without namespaces.
-func setupUnshared(pl *plan.Plan) (int, error) {
+func setupUnshared(pl *spec.Plan) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return 0, fail("subreaper", err)
 	}
@@ -96,7 +96,7 @@ func setupUnshared(pl *plan.Plan) (int, error) {
 // startJail starts the jail thread and applies every restriction on it:
 // Landlock, rlimits, capabilities, no_new_privs and seccomp with a
 // listener. It returns the Landlock ABI and the listener.
-func startJail(pl *plan.Plan) (*jail, int, int, error) {
+func startJail(pl *spec.Plan) (*jail, int, int, error) {
 	j := &jail{run: make(chan func())}
 	type result struct {
 		abi, listener int
@@ -120,7 +120,7 @@ func startJail(pl *plan.Plan) (*jail, int, int, error) {
 	return j, r.abi, r.listener, r.err
 }
 
-func restrictJail(pl *plan.Plan) (int, int, error) {
+func restrictJail(pl *spec.Plan) (int, int, error) {
 	cfg := landlock.Config{
 		// No TCP connect or bind at all: the supervisor makes every
 		// connection (seccomp user notification) and hands it back.
@@ -128,13 +128,13 @@ func restrictJail(pl *plan.Plan) (int, int, error) {
 		ScopeSignals:      true,
 		ScopeAbstractUnix: true,
 		LogNewExec:        true,
-		MinABI:            plan.NoNamespacesMinLandlock,
+		MinABI:            spec.NoNamespacesMinLandlock,
 		ThreadOnly:        true,
 	}
 	cfg.Paths = landlockPaths(pl)
 	st, err := landlock.Restrict(cfg)
 	if err != nil {
-		return 0, -1, fail("landlock", fmt.Errorf("%w: without namespaces, Landlock ABI %d or later is what confines the sandbox (files, TCP, signals): nothing was started", err, plan.NoNamespacesMinLandlock))
+		return 0, -1, fail("landlock", fmt.Errorf("%w: without namespaces, Landlock ABI %d or later is what confines the sandbox (files, TCP, signals): nothing was started", err, spec.NoNamespacesMinLandlock))
 	}
 	if err := applyRlimits(pl.Rlimits); err != nil {
 		return 0, -1, fail("rlimits", err)
@@ -170,7 +170,7 @@ func restrictJail(pl *plan.Plan) (int, int, error) {
 // already: without a user namespace the kernel counts every process of
 // the uid, not the sandbox's. (For root the kernel ignores it; the pids
 // cgroup bounds the tree where one is delegated.)
-func nprocForUID(pl *plan.Plan) error {
+func nprocForUID(pl *spec.Plan) error {
 	uid := os.Getuid()
 	if uid == 0 {
 		return nil

@@ -3,7 +3,7 @@ package seccomp
 import (
 	"fmt"
 
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // asm assembles a BPF program back to front. Classic BPF only jumps
@@ -12,14 +12,14 @@ import (
 // its 8-bit offset can be given a trampoline on the spot.
 type asm struct {
 	rev  []Insn                // the program reversed: rev[0] is its last instruction
-	rets map[plan.Action]label // most recent RET for each action, for reuse
+	rets map[spec.Action]label // most recent RET for each action, for reuse
 	err  error                 // first impossible state met; compile reports it
 }
 
 // label names an emitted instruction by its index in asm.rev.
 type label int
 
-func newAsm() *asm { return &asm{rets: make(map[plan.Action]label)} }
+func newAsm() *asm { return &asm{rets: make(map[spec.Action]label)} }
 
 func (a *asm) emit(in Insn) label {
 	a.rev = append(a.rev, in)
@@ -31,7 +31,7 @@ func (a *asm) dist(t label) int { return len(a.rev) - 1 - int(t) }
 
 // ret returns a label that returns act, reusing a RET within reach of a
 // conditional jump from the next instruction.
-func (a *asm) ret(act plan.Action) label {
+func (a *asm) ret(act spec.Action) label {
 	if l, ok := a.rets[act]; ok && a.dist(l) <= maxJump-1 {
 		return l
 	}
@@ -44,7 +44,7 @@ func (a *asm) ret(act plan.Action) label {
 // a RET (as short as a jump), else an unconditional jump (32-bit offset).
 func (a *asm) near(t label) label {
 	if in := a.rev[t]; in.Code == opRetK {
-		return a.ret(plan.Action(in.K))
+		return a.ret(spec.Action(in.K))
 	}
 	return a.emit(Insn{Code: opJa, K: uint32(a.dist(t))})
 }
@@ -97,7 +97,7 @@ func (a *asm) program() []Insn {
 
 // rules emits rs, tried in order, falling through to dflt when none
 // matches, and returns the entry point.
-func (a *asm) rules(rs []plan.SyscallRule, dflt plan.Action) label {
+func (a *asm) rules(rs []spec.SyscallRule, dflt spec.Action) label {
 	if len(rs) == 1 && len(rs[0].Conds) == 0 {
 		return a.ret(rs[0].Action)
 	}
@@ -115,7 +115,7 @@ func (a *asm) rules(rs []plan.SyscallRule, dflt plan.Action) label {
 // cond emits a test of c that continues at match or fail. The high half is
 // tested first (it is usually zero, so a mismatch exits early), then the
 // low half; a half the mask does not cover is not loaded at all.
-func (a *asm) cond(c plan.ArgCond, match, fail label) label {
+func (a *asm) cond(c spec.ArgCond, match, fail label) label {
 	next := match
 	if m := uint32(c.Mask); m != 0 {
 		next = a.word(argLo(c.Arg), m, uint32(c.Value), next, fail)

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // Insn is one classic BPF instruction, laid out like the kernel's struct
@@ -106,7 +106,7 @@ func Validate(prog []Insn) error {
 // it selects. It returns an error instead of guessing when prog does
 // something the kernel's checker would have refused; every program Build
 // returns runs without error.
-func Run(prog []Insn, d Data) (plan.Action, error) {
+func Run(prog []Insn, d Data) (spec.Action, error) {
 	buf := d.bytes()
 	var a uint32
 	for pc := 0; pc < len(prog); pc++ {
@@ -145,7 +145,7 @@ func Run(prog []Insn, d Data) (plan.Action, error) {
 			}
 			pc += off
 		case opRetK:
-			return plan.Action(in.K), nil
+			return spec.Action(in.K), nil
 		default:
 			return 0, fmt.Errorf("seccomp: run: instruction %d has unsupported opcode %#x", pc, in.Code)
 		}

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"sort"
 
-	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
 // Arch names the architecture a filter is built for, as a GOARCH value.
@@ -74,7 +74,7 @@ func targetFor(arch Arch) (target, error) {
 //  3. answers ENOSYS for numbers above the newest syscall in the table;
 //  4. finds the syscall by binary search over number ranges and applies
 //     its rules, or the profile's default (EPERM in plan.DefaultSeccomp).
-func Build(p plan.Seccomp, opts Options) ([]Insn, error) {
+func Build(p spec.Seccomp, opts Options) ([]Insn, error) {
 	t, err := targetFor(opts.Arch)
 	if err != nil {
 		return nil, err
@@ -85,17 +85,17 @@ func Build(p plan.Seccomp, opts Options) ([]Insn, error) {
 // entry is one syscall of the profile resolved for a target.
 type entry struct {
 	nr    uint32
-	rules []plan.SyscallRule
+	rules []spec.SyscallRule
 }
 
 // dispatcher emits code that, with the syscall number in A, applies the
 // rules of the entry with that number or returns dflt, and returns its
 // entry point.
-type dispatcher func(a *asm, es []entry, dflt plan.Action, max uint32) label
+type dispatcher func(a *asm, es []entry, dflt spec.Action, max uint32) label
 
 // compile builds p for t, with dispatch choosing how the syscall number is
 // looked up.
-func compile(p plan.Seccomp, t target, dispatch dispatcher) ([]Insn, error) {
+func compile(p spec.Seccomp, t target, dispatch dispatcher) ([]Insn, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -109,12 +109,12 @@ func compile(p plan.Seccomp, t target, dispatch dispatcher) ([]Insn, error) {
 
 	a := newAsm()
 	next := dispatch(a, es, p.Default, t.max)
-	next = a.jump(opJgtK, t.max, a.ret(plan.ActENOSYS), next)
+	next = a.jump(opJgtK, t.max, a.ret(spec.ActENOSYS), next)
 	if t.x32 {
-		next = a.jump(opJsetK, x32SyscallBit, a.ret(plan.ActKillProcess), next)
+		next = a.jump(opJsetK, x32SyscallBit, a.ret(spec.ActKillProcess), next)
 	}
 	next = a.load(offNr, next)
-	next = a.jump(opJeqK, t.audit, next, a.ret(plan.ActKillProcess))
+	next = a.jump(opJeqK, t.audit, next, a.ret(spec.ActKillProcess))
 	a.load(offArch, next)
 	if a.err != nil {
 		return nil, a.err
@@ -131,11 +131,11 @@ func compile(p plan.Seccomp, t target, dispatch dispatcher) ([]Insn, error) {
 // all get the same treatment.
 type span struct {
 	lo    uint32
-	rules []plan.SyscallRule // nil means the default action
+	rules []spec.SyscallRule // nil means the default action
 }
 
 // simple reports the action of a span that needs no argument checks.
-func (s span) simple(dflt plan.Action) (plan.Action, bool) {
+func (s span) simple(dflt spec.Action) (spec.Action, bool) {
 	switch {
 	case s.rules == nil:
 		return dflt, true
@@ -148,7 +148,7 @@ func (s span) simple(dflt plan.Action) (plan.Action, bool) {
 // dispatchTree looks the number up by binary search over spans: adjacent
 // numbers with the same unconditional action (most of the allow-list and
 // most gaps) share one span, so the tree is about 8 levels deep.
-func dispatchTree(a *asm, es []entry, dflt plan.Action, max uint32) label {
+func dispatchTree(a *asm, es []entry, dflt spec.Action, max uint32) label {
 	var spans []span
 	add := func(s span) {
 		if n := len(spans); n > 0 {

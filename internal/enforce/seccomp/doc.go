@@ -7,7 +7,7 @@
 // eBPF, perf, keyrings, userfaultfd, ptrace, module loading, raw and
 // netlink sockets, MPTCP sockets that Landlock's TCP rules do not see, and
 // terminal input injection (TIOCSTI). Which syscalls get through is data:
-// the plan's Seccomp profile (plan.DefaultSeccomp, in plan/syscalls*.go,
+// the plan's Seccomp profile (plan.DefaultSeccomp, in plan/syscalls_default.go,
 // where every group's reason is written down). It is an allow-list: a
 // syscall gets through only if the profile names it; everything else gets
 // the profile's default, EPERM.

@@ -1,11 +1,11 @@
-package plan
+package spec
 
 import (
 	"errors"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/wire"
-	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/downgrade"
 )
 
 // The plan travels from the supervisor to the sandbox's init in
@@ -254,7 +254,7 @@ func stringsToNamespaces(ss []string) []Namespace {
 	return out
 }
 
-func downgradesToStrings(ds []policy.Downgrade) []string {
+func downgradesToStrings(ds []downgrade.Layer) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
 		out[i] = string(d)
@@ -262,13 +262,13 @@ func downgradesToStrings(ds []policy.Downgrade) []string {
 	return out
 }
 
-func stringsToDowngrades(ss []string) []policy.Downgrade {
+func stringsToDowngrades(ss []string) []downgrade.Layer {
 	if ss == nil {
 		return nil
 	}
-	out := make([]policy.Downgrade, len(ss))
+	out := make([]downgrade.Layer, len(ss))
 	for i, s := range ss {
-		out[i] = policy.Downgrade(s)
+		out[i] = downgrade.Layer(s)
 	}
 	return out
 }

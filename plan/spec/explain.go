@@ -1,12 +1,13 @@
-package plan
+package spec
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 
-	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
+	"github.com/airlock-sandbox/airlock/policy/downgrade"
+	"github.com/airlock-sandbox/airlock/policy/protected"
 )
 
 // String renders the plan for `airlock explain`: every step, in order,
@@ -207,11 +208,11 @@ func (l Limits) write(b *strings.Builder) {
 	rows := []struct {
 		key        budget.Limit
 		value, how string
-		downgrade  policy.Downgrade
+		downgrade  downgrade.Layer
 	}{
-		{budget.MaxMemory, sizeOf(l.Memory), "cgroup memory limit, no swap (an OOM kill halts the run)", policy.DowngradeMemory},
-		{budget.MaxPids, fmt.Sprint(l.Pids), "cgroup pids limit: tasks at once (a refused fork halts the run)", policy.DowngradePids},
-		{budget.MaxCPU, l.CPU.String(), "CPU time of the whole tree, from the cgroup's counter; RLIMIT_CPU per process", policy.DowngradeCPU},
+		{budget.MaxMemory, sizeOf(l.Memory), "cgroup memory limit, no swap (an OOM kill halts the run)", downgrade.Memory},
+		{budget.MaxPids, fmt.Sprint(l.Pids), "cgroup pids limit: tasks at once (a refused fork halts the run)", downgrade.Pids},
+		{budget.MaxCPU, l.CPU.String(), "CPU time of the whole tree, from the cgroup's counter; RLIMIT_CPU per process", downgrade.CPU},
 		{budget.MaxWall, l.Wall.String(), "from the start; then every process is killed", ""},
 		{budget.MaxOutputBytes, sizeOf(l.Output), "of stdout and stderr captured", ""},
 		{budget.MaxOps, fmt.Sprint(l.Ops), "proxy connections and file operations", ""},
@@ -332,8 +333,8 @@ func (pl *Plan) writeSection(b *strings.Builder) {
 	b.WriteString("  when the run ends, the changes are copied back without setuid/setgid bits, xattrs, devices or fifos;\n")
 	b.WriteString("  never copied back, at any depth: hooks folders and config, config.worktree and commondir files in git\n")
 	b.WriteString("  directories, files named .git, everything under fs_protect and fs_deny, and the built-in protected names:\n")
-	names := make([]string, 0, len(policy.BuiltinProtected))
-	for _, e := range policy.BuiltinProtected {
+	names := make([]string, 0, len(protected.Builtin))
+	for _, e := range protected.Builtin {
 		names = append(names, e.Name)
 	}
 	for line := ""; len(names) > 0; {

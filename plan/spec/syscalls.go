@@ -1,4 +1,4 @@
-package plan
+package spec
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ import (
 type Seccomp struct {
 	// Default is what a syscall gets when it has no entry in Syscalls or
 	// none of its rules match. It may not be ActAllow: the filter is an
-	// allow-list. DefaultSeccomp uses ActEPERM.
+	// allow-list. plan.DefaultSeccomp uses ActEPERM.
 	Default Action `json:"default"`
 
 	// Syscalls lists the syscalls that have rules, sorted by name. A name
@@ -290,4 +290,21 @@ func (a *Action) UnmarshalText(b []byte) error {
 		return fmt.Errorf("seccomp action %q: want allow, kill_process, notify or errno(N)", s)
 	}
 	return nil
+}
+
+// Copy returns a copy of s that shares no slice with it.
+func (s Seccomp) Copy() Seccomp {
+	c := Seccomp{Default: s.Default, Syscalls: make([]Syscall, len(s.Syscalls))}
+	for i, sc := range s.Syscalls {
+		sc.Rules = slices.Clone(sc.Rules)
+		for j := range sc.Rules {
+			sc.Rules[j].Conds = slices.Clone(sc.Rules[j].Conds)
+		}
+		c.Syscalls[i] = sc
+	}
+	for _, g := range s.Refused {
+		g.Names = slices.Clone(g.Names)
+		c.Refused = append(c.Refused, g)
+	}
+	return c
 }

@@ -1,4 +1,4 @@
-package plan
+package spec
 
 // Namespace names a kind of Linux namespace (namespaces(7)) the sandbox
 // gets a new one of.
@@ -17,7 +17,7 @@ const (
 )
 
 // DefaultNamespaces returns the namespaces every sandbox gets, in the
-// order explain lists them. Compile puts them in every plan.
+// order explain lists them. plan.Compile puts them in every plan.
 func DefaultNamespaces() []Namespace {
 	return []Namespace{NamespaceUser, NamespaceMount, NamespacePID, NamespaceNet, NamespaceIPC, NamespaceUTS, NamespaceCgroup}
 }
@@ -48,7 +48,7 @@ type IDMap struct {
 	HostGID uint32 `json:"host_gid,omitempty"`
 }
 
-// DefaultIDMap returns the id mapping every sandbox gets. Compile puts it
+// DefaultIDMap returns the id mapping every sandbox gets. plan.Compile puts it
 // in every plan.
 func DefaultIDMap() IDMap { return IDMap{Size: 1, RootFirst: 1 << 30, RootCount: 1 << 24} }
 
