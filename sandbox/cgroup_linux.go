@@ -25,29 +25,18 @@ const janitorCooldown = time.Second
 // janitorNext is when this process next tries a janitor pass (UnixNano).
 var janitorNext atomic.Int64
 
-// sweeping counts the janitor passes under way; a run's limits.finish
-// waits for them, so that a pass a run started ends before the run does
-// (a CLI run's process exits right after).
-var sweeping sync.WaitGroup
-
 // sweep removes, at most once per janitorCooldown per process, the groups
 // of supervisors that died without removing theirs. A long-lived
 // supervisor (airlock serve) keeps sweeping: a pass that another
 // supervisor's recent one made it skip does not cover the owners that
 // died since (before, each process swept once).
-//
-// The pass runs in the background: it lists every hierarchy's groups
-// (about 0.2 ms), which used to delay the sandbox's clone; now it overlaps
-// the init's start-up.
 func sweep(h cgroup.Host) {
 	now := time.Now().UnixNano()
 	next := janitorNext.Load()
 	if now < next || !janitorNext.CompareAndSwap(next, now+int64(janitorCooldown)) {
 		return
 	}
-	sweeping.Go(func() {
-		_, _, _ = cgroup.JanitorShared(h, janitorCooldown) // best effort: leftovers of crashed supervisors
-	})
+	_, _, _ = cgroup.JanitorShared(h, janitorCooldown) // best effort: leftovers of crashed supervisors
 }
 
 // limits is the cgroup side of one run: the group (nil when the policy
@@ -254,7 +243,6 @@ func (l *limits) cpu() int64 {
 // finish decides the late halts from the kernel's counters, returns the
 // final usage and removes the group. Only the first call does anything.
 func (l *limits) finish(b *box) Usage {
-	sweeping.Wait() // a pass this run started ends with it
 	var u Usage
 	if l == nil || l.group == nil {
 		return u

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -58,10 +57,6 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 		if p, err := NewPool(PoolConfig{Size: 1, NoRefill: true, Executable: cfg.Executable}); err == nil {
 			defer p.Close()
 			cfg.Pool = p
-			// The init's start is the longer road: let its goroutine
-			// have this CPU now and the compile find the other, rather
-			// than wait (about 0.3 ms) to be stolen by an idle one.
-			runtime.Gosched()
 		}
 	}
 	pl, err := c.Plan()
