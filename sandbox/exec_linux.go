@@ -97,6 +97,15 @@ func (b *box) awaitExec(ctx context.Context, x execSpec, p *sentExec) *Report {
 	p.e.report.Enforcement = b.enf
 	p.sio.start()
 	exit := p.e.wait(ctx, x, p.msgs, p.sio)
+	if x.whole {
+		// The sandbox ends with its only command, as a container ends with
+		// its pid 1: kill it now rather than after the drain. Background
+		// processes holding the command's pipes open die at once instead of
+		// holding the drain for drainGrace (100 ms), what they wrote stays
+		// in the pipes and is read, and the kernel's teardown overlaps the
+		// report.
+		b.kill()
+	}
 	p.sio.drain()
 	p.e.finish(exit, p.sio, x.argv[0])
 	p.e.emitExit(p.id, x.argv[0])
