@@ -50,8 +50,9 @@ func stageSteps(p *policy.Policy, h Host) (stage Mount, grants []Mount, err erro
 func narrowSteps(p *policy.Policy, h Host) (steps []Mount, protected []string, err error) {
 	// Every protected path is resolved from the root, so their common
 	// ancestors would be looked up once per path: about 300 lstat calls
-	// (0.35 ms) for one workspace grant, on the critical path of every
-	// session the API creates. One compile looks each path up once.
+	// for one workspace grant (the compile took 490 µs, now 270), on the
+	// critical path of every session the API creates. One compile looks
+	// each path up once.
 	once := &lstatOnce{Host: h, seen: map[string]lstatResult{}}
 	h = once
 	grants := append(p.FSRead(), p.FSWrite()...)
