@@ -1,6 +1,7 @@
 package nsinit
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -42,6 +43,12 @@ func Recv(sock int) (Message, []int, error) {
 	defer recvBufs.Put(rb)
 	buf, oob := rb.data[:], rb.oob[:unix.CmsgSpace(maxFDs*4)]
 	n, oobn, flags, _, err := unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	if errors.Is(err, unix.ECONNRESET) {
+		// The peer closed with messages of ours unread: the kernel says so
+		// once, before the messages the peer sent, which are still queued
+		// (an init's error sent just before it exited). Read them.
+		n, oobn, flags, _, err = unix.Recvmsg(sock, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	}
 	if err != nil {
 		return Message{}, nil, err
 	}

@@ -79,3 +79,33 @@ func TestProtoBounds(t *testing.T) {
 		t.Errorf("Recv after the peer closed = %+v, want an error", m)
 	}
 }
+
+// TestRecvAfterPeerClosedUnread: a peer that sends its last message and
+// exits with a message of ours unread (an init that failed its set-up
+// while the supervisor's exec request waited for it) makes the kernel
+// report ECONNRESET on the next receive, before the messages it sent.
+// Recv still returns them: the init's error, with the stage and the fix,
+// reached the caller only when it was read before the init exited (seen
+// in CI as "sandbox init died during setup: exit status 125").
+func TestRecvAfterPeerClosedUnread(t *testing.T) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, ini := pair[0], pair[1]
+	defer unix.Close(sup)
+	if err := Send(sup, Message{Type: MsgExec, ID: "x", Argv: []string{"/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Send(ini, Message{Type: MsgError, Stage: "mounts", Error: "proc refused"}); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(ini) // the exec request is still unread
+	m, _, err := Recv(sup)
+	if err != nil || m.Type != MsgError || m.Stage != "mounts" {
+		t.Fatalf("Recv = %+v, %v; want the init's error message", m, err)
+	}
+	if _, _, err := Recv(sup); err == nil {
+		t.Fatal("a second Recv after the peer closed returned a message")
+	}
+}
