@@ -16,7 +16,9 @@ import (
 // applies Landlock and seccomp and runs commands exactly as a cold init
 // does: the pool changes when the work is done, not what is enforced.
 //
-// A Pool refills in the background: each taken init is replaced, at most
+// A Pool refills in the background: each taken init is replaced (2 ms
+// after its sandbox is ready, so that the replacement's start does not
+// compete with the taker's own last steps for the CPU), at most
 // Size are ready or starting at once, a failed start is retried after a
 // pause that doubles up to a minute, and an init unused for MaxAge is
 // replaced (it holds a copy of the host's mount table from when it

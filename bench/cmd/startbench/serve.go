@@ -76,6 +76,12 @@ func serveBench(ctx context.Context, airlockBin string, n, idle int) *ServeResul
 		if i%2 != 0 {
 			continue
 		}
+		// The warm server's refill (it starts 2 ms after the session is
+		// ready) must not overlap the cold session's start.
+		if err := warm.waitReady(ctx, 2); err != nil {
+			res.Note = err.Error()
+			return res
+		}
 		if d, err := cold.newSession(ctx); err != nil {
 			res.Failures++
 			res.Note = err.Error()
