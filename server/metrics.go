@@ -101,9 +101,12 @@ func (m *Metrics) WatchPool(stats func() PoolStats) {
 	)
 }
 
-// Handler serves the metrics in Prometheus's text format.
+// Handler serves the metrics in Prometheus's text format, uncompressed:
+// they are a few kilobytes, and gzip cost every scrape 0.62 ms of CPU
+// instead of 0.39 (BenchmarkScrape), mostly clearing a compressor's
+// tables of about 600 KiB, beside the sessions being created.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, DisableCompression: true})
 }
 
 // Sink returns the audit sink that counts execs, denials, halts and
