@@ -227,11 +227,11 @@ func (l *limits) usage() (Usage, bool) {
 	if l == nil || l.group == nil {
 		return Usage{}, false
 	}
-	u, err := l.group.Usage()
+	peak, cpu, err := l.group.MemoryCPU()
 	if err != nil {
 		return Usage{}, false
 	}
-	return Usage{CPUMS: u.CPU.Milliseconds(), MaxMemoryBytes: u.MemoryPeak}, true
+	return Usage{CPUMS: cpu.Milliseconds(), MaxMemoryBytes: peak}, true
 }
 
 // cpu returns the group's CPU time so far in milliseconds (0 without one).

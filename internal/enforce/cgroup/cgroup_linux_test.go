@@ -350,6 +350,10 @@ func TestMemoryLimitOOMKills(t *testing.T) {
 	if err != nil || u.MemoryPeak <= 0 || u.MemoryPeak > limit+(1<<20) {
 		t.Errorf("Usage() = %+v, %v, want 0 < MemoryPeak <= %d", u, err, limit)
 	}
+	// The group is empty: its counters no longer move.
+	if peak, cpu, err := g.MemoryCPU(); err != nil || peak != u.MemoryPeak || cpu != u.CPU {
+		t.Errorf("MemoryCPU() = %d, %v, %v; want Usage's %d, %v", peak, cpu, err, u.MemoryPeak, u.CPU)
+	}
 }
 
 func TestCPUQuota(t *testing.T) {

@@ -44,6 +44,9 @@ func (g *Group) Status() Status { return Status{} }
 // Usage returns an error wrapping errors.ErrUnsupported.
 func (g *Group) Usage() (Usage, error) { return Usage{}, errUnsupported }
 
+// MemoryCPU returns an error wrapping errors.ErrUnsupported.
+func (g *Group) MemoryCPU() (int64, time.Duration, error) { return 0, 0, errUnsupported }
+
 // CPU returns an error wrapping errors.ErrUnsupported.
 func (g *Group) CPU() (time.Duration, error) { return 0, errUnsupported }
 

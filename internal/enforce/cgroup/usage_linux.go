@@ -65,6 +65,27 @@ func (g *Group) Usage() (Usage, error) {
 	return u, nil
 }
 
+// MemoryCPU reads the group's peak memory and CPU time: Usage without the
+// task counts, two reads of control files instead of four (each about
+// 40 µs on a 2-core VM; a session's Info asks on every call).
+func (g *Group) MemoryCPU() (memoryPeak int64, cpu time.Duration, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d, ok := g.plan.dir(Memory); ok {
+		file := "memory.max_usage_in_bytes"
+		if d.V2 {
+			file = "memory.peak"
+		}
+		if memoryPeak, err = g.readInt(d.Path, file); err != nil {
+			return 0, 0, err
+		}
+	}
+	if cpu, err = g.cpu(); err != nil {
+		return 0, 0, err
+	}
+	return memoryPeak, cpu, nil
+}
+
 // CPU reads the group's CPU time alone: Usage's CPU, in one read.
 func (g *Group) CPU() (time.Duration, error) {
 	g.mu.Lock()
