@@ -22,7 +22,12 @@ import (
 // Size are ready or starting at once, a failed start is retried after a
 // pause that doubles up to a minute, and an init unused for MaxAge is
 // replaced (it holds a copy of the host's mount table from when it
-// started). Close ends them all. A Pool is safe for concurrent use.
+// started). With a root supervisor, each new warm init also holds clones
+// of the bind sources the last taken one's plan bound (the system base,
+// /dev and tools; never grants, which are idmapped to their sandbox's
+// user namespace): a plan with an identical step takes that clone instead
+// of cloning it then, and the clones nobody's plan names are closed
+// unmounted. Close ends them all. A Pool is safe for concurrent use.
 type Pool struct {
 	cfg PoolConfig
 	st  poolState
