@@ -336,12 +336,16 @@ func (in *initProc) dropClones() {
 // the init waits. A default plan has 15 (the system base and /dev).
 const maxPreclones = 32
 
-// precloneBinds clones the bind steps of steps that need no user
-// namespace (not idmapped; the grants are, the system base and /dev are
-// not) exactly as cloneBinds would, ahead of the plan: a Pool does it for
-// a warm init while it waits, for the steps its last taker's plan had, so
-// that a sandbox taking the init has most of its binds ready (17 clones
-// took 0.45 ms of a new session). A step that fails to clone is left out:
+// clonedAhead reports whether step m may be cloned before its sandbox's
+// init is known: a bind that needs no user namespace (not idmapped; the
+// grants are, the system base, /dev and the tools are not).
+func clonedAhead(m plan.Mount) bool { return m.Cloned() && !m.IDMap }
+
+// precloneBinds clones the steps that are clonedAhead exactly as
+// cloneBinds would, ahead of the plan: a Pool does it for a warm init
+// while it waits, for the steps its last taker's plan had, so that a
+// sandbox taking the init has most of its binds ready (17 clones took
+// 0.45 ms of a new session). A step that fails to clone is left out:
 // cloneBinds tries it again and reports the error with the plan.
 func precloneBinds(steps []plan.Mount) map[plan.Mount][]int {
 	if len(steps) == 0 {
@@ -349,7 +353,7 @@ func precloneBinds(steps []plan.Mount) map[plan.Mount][]int {
 	}
 	cloned := map[plan.Mount][]int{}
 	for _, m := range steps[:min(len(steps), maxPreclones)] {
-		if !m.Cloned() || m.IDMap {
+		if !clonedAhead(m) {
 			continue
 		}
 		if fd, err := mount.Clone(m, -1); err == nil {
@@ -377,7 +381,7 @@ func cloneBinds(pid int, pl *plan.Plan, pre map[plan.Mount][]int) ([]int, error)
 		if !m.Cloned() {
 			continue
 		}
-		if ready := pre[m]; !m.IDMap && len(ready) > 0 {
+		if ready := pre[m]; clonedAhead(m) && len(ready) > 0 {
 			fds, pre[m] = append(fds, ready[len(ready)-1]), ready[:len(ready)-1]
 			continue
 		}

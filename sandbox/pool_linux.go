@@ -194,7 +194,7 @@ func startWarm(exe string, steps []plan.Mount) (*initProc, error) {
 func (st *poolState) learn(pl *plan.Plan) {
 	var steps []plan.Mount
 	for _, m := range pl.Mounts {
-		if m.Cloned() && !m.IDMap && len(steps) < maxPreclones {
+		if clonedAhead(m) && len(steps) < maxPreclones {
 			steps = append(steps, m)
 		}
 	}
