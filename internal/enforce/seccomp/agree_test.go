@@ -178,7 +178,8 @@ func TestTreeIsSmaller(t *testing.T) {
 func BenchmarkRun(b *testing.B) {
 	p := buildBoth(b, ArchAMD64)
 	for _, name := range []string{"read", "futex", "socket", "ioctl", "io_uring_setup"} {
-		d := Data{Nr: int32(p.tgt.nums[name]), Arch: p.tgt.audit, Args: [6]uint64{afInet, sockStream}}
+		nr, _ := p.tgt.nums.lookup(name)
+		d := Data{Nr: int32(nr), Arch: p.tgt.audit, Args: [6]uint64{afInet, sockStream}}
 		for kind, prog := range map[string][]Insn{"tree": p.tree, "linear": p.linear} {
 			b.Run(fmt.Sprintf("%s/%s", kind, name), func(b *testing.B) {
 				for b.Loop() {

@@ -3,7 +3,9 @@ package seccomp
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/plan/spec"
 )
@@ -38,10 +40,29 @@ const (
 
 // target is everything Build needs to know about an architecture.
 type target struct {
-	audit uint32            // the only seccomp_data.arch let through
-	x32   bool              // whether numbers with x32SyscallBit must be killed
-	nums  map[string]uint32 // syscall name → number
-	max   uint32            // highest number in nums
+	audit uint32   // the only seccomp_data.arch let through
+	x32   bool     // whether numbers with x32SyscallBit must be killed
+	nums  sysTable // syscall name → number
+	max   uint32   // highest number in nums
+}
+
+// sysTable is a generated syscall table (table_*.go): names and numbers,
+// sorted by name, each name and each number once (TestTablesAreOneToOne,
+// TestTablesSorted).
+type sysTable []sysEntry
+
+type sysEntry struct {
+	name string
+	nr   uint32
+}
+
+// lookup returns name's number.
+func (t sysTable) lookup(name string) (uint32, bool) {
+	i, ok := slices.BinarySearchFunc(t, name, func(e sysEntry, name string) int { return strings.Compare(e.name, name) })
+	if !ok {
+		return 0, false
+	}
+	return t[i].nr, true
 }
 
 func targetFor(arch Arch) (target, error) {
@@ -57,8 +78,8 @@ func targetFor(arch Arch) (target, error) {
 	default:
 		return target{}, fmt.Errorf("seccomp: build: architecture %q is not supported: airlock filters amd64 and arm64", arch)
 	}
-	for _, nr := range t.nums {
-		t.max = max(t.max, nr)
+	for _, e := range t.nums {
+		t.max = max(t.max, e.nr)
 	}
 	return t, nil
 }
@@ -101,7 +122,7 @@ func compile(p spec.Seccomp, t target, dispatch dispatcher) ([]Insn, error) {
 	}
 	var es []entry
 	for _, s := range p.Syscalls {
-		if nr, ok := t.nums[s.Name]; ok {
+		if nr, ok := t.nums.lookup(s.Name); ok {
 			es = append(es, entry{nr, s.Rules})
 		}
 	}

@@ -152,7 +152,7 @@ func TestBuildDecides(t *testing.T) {
 		calls = append(calls, refusedCalls...)
 		for _, c := range calls {
 			t.Run(string(arch)+"/"+c.String(), func(t *testing.T) {
-				nr, ok := tgt.nums[c.name]
+				nr, ok := tgt.nums.lookup(c.name)
 				if !ok {
 					t.Skipf("%s has no %s syscall", arch, c.name)
 				}
@@ -215,8 +215,8 @@ func TestProfileNamesExist(t *testing.T) {
 		names = append(names, g.Names...)
 	}
 	for _, name := range names {
-		_, amd := sysnumamd64[name]
-		_, arm := sysnumarm64[name]
+		_, amd := sysnumamd64.lookup(name)
+		_, arm := sysnumarm64.lookup(name)
 		if !amd && !arm {
 			t.Errorf("syscall %q is in neither the amd64 nor the arm64 table: a typo would be skipped silently", name)
 		}
@@ -224,13 +224,39 @@ func TestProfileNamesExist(t *testing.T) {
 }
 
 func TestTablesAreOneToOne(t *testing.T) {
-	for arch, table := range map[Arch]map[string]uint32{ArchAMD64: sysnumamd64, ArchARM64: sysnumarm64} {
+	for arch, table := range map[Arch]sysTable{ArchAMD64: sysnumamd64, ArchARM64: sysnumarm64} {
 		seen := map[uint32]string{}
-		for name, nr := range table {
+		for _, e := range table {
+			name, nr := e.name, e.nr
 			if other, dup := seen[nr]; dup {
 				t.Errorf("%s: %s and %s both have number %d", arch, name, other, nr)
 			}
 			seen[nr] = name
+		}
+	}
+}
+
+// TestTablesSorted: lookup's binary search finds a name only in a table
+// sorted by name with each name once; a hand edit or a generator that
+// sorted otherwise would make names (and so allowed syscalls) vanish, or
+// a name resolve to another's number.
+func TestTablesSorted(t *testing.T) {
+	for arch, table := range map[Arch]sysTable{ArchAMD64: sysnumamd64, ArchARM64: sysnumarm64} {
+		if len(table) < 300 {
+			t.Errorf("%s: %d syscalls; the generated table has over 300", arch, len(table))
+		}
+		for i, e := range table {
+			if i > 0 && table[i-1].name >= e.name {
+				t.Errorf("%s: %q before %q: not sorted by name, or a name twice", arch, table[i-1].name, e.name)
+			}
+			if nr, ok := table.lookup(e.name); !ok || nr != e.nr {
+				t.Errorf("%s: lookup(%q) = %d, %v; want %d", arch, e.name, nr, ok, e.nr)
+			}
+		}
+		for _, absent := range []string{"", "_", "read ", "READ", "zzz", "open_tree_attr2", "\x00"} {
+			if nr, ok := table.lookup(absent); ok {
+				t.Errorf("%s: lookup(%q) = %d, true; want not found", arch, absent, nr)
+			}
 		}
 	}
 }

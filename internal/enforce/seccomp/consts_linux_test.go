@@ -95,7 +95,7 @@ func TestConstantsMatchKernelHeaders(t *testing.T) {
 // TestHostTableMatchesXSys spot-checks the generated table for this
 // machine against x/sys's SYS_* constants.
 func TestHostTableMatchesXSys(t *testing.T) {
-	table := map[string]map[string]uint32{"amd64": sysnumamd64, "arm64": sysnumarm64}[runtime.GOARCH]
+	table := map[string]sysTable{"amd64": sysnumamd64, "arm64": sysnumarm64}[runtime.GOARCH]
 	if table == nil {
 		t.Skipf("no syscall table for GOARCH %s", runtime.GOARCH)
 	}
@@ -112,7 +112,7 @@ func TestHostTableMatchesXSys(t *testing.T) {
 		"seccomp": unix.SYS_SECCOMP, "getpid": unix.SYS_GETPID, "rseq": unix.SYS_RSEQ,
 	}
 	for name, nr := range want {
-		if got, ok := table[name]; !ok || uintptr(got) != nr {
+		if got, ok := table.lookup(name); !ok || uintptr(got) != nr {
 			t.Errorf("table[%q] = %d, %v; want %d", name, got, ok, nr)
 		}
 	}

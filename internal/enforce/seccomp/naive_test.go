@@ -36,7 +36,7 @@ func decide(p plan.Seccomp, t target, d Data) plan.Action {
 		return plan.ActENOSYS
 	}
 	for _, s := range p.Syscalls {
-		if n, ok := t.nums[s.Name]; !ok || n != nr {
+		if n, ok := t.nums.lookup(s.Name); !ok || n != nr {
 			continue
 		}
 	rules:
