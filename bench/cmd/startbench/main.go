@@ -39,6 +39,7 @@ type Results struct {
 	Meta        Meta             `json:"meta"`
 	Contenders  []ContenderInfo  `json:"contenders"`
 	ColdStart   []ColdRow        `json:"cold_start"`
+	Floor       *FloorResult     `json:"start_floor,omitempty"`
 	Steady      []SteadyRow      `json:"steady_state"`
 	Proxy       *ProxyResult     `json:"proxy,omitempty"`
 	Egress      *EgressResult    `json:"egress_in_sandbox,omitempty"`
@@ -86,7 +87,7 @@ func main() {
 	repo := flag.String("repo", ".", "repository root, for go test ./egress/ ./policy/...")
 	pin := flag.Int("cpu", runtime.NumCPU()-1, "CPU that the steady-state loops are pinned to")
 	coldBudget := flag.Duration("cold-budget", 7*time.Minute, "stop the cold-start rounds early after this long")
-	only := flag.String("only", "", "comma-separated sections to run (cold,steady,proxy,egress,session,serve,memory,scaling,micro); empty runs all")
+	only := flag.String("only", "", "comma-separated sections to run (cold,floor,steady,proxy,egress,session,serve,memory,scaling,micro); empty runs all")
 	levels := flag.String("levels", "1,10,50,200", "comma-separated concurrency levels for the scaling section")
 	levelBudget := flag.Duration("level-budget", 60*time.Second, "longest a scaling level may take")
 	flag.DurationVar(&runTimeout, "run-timeout", runTimeout, "longest one run may take before it is killed and counted as a failure")
@@ -147,6 +148,14 @@ func main() {
 		}
 		for _, r := range res.ColdStart {
 			log.Print(r)
+		}
+	}
+	if run("floor") {
+		rows := startFloor(ctx, floorPrograms(*airlockBin, *loopBin), *n, 3)
+		f := floorEstimate(rows, res.ColdStart)
+		res.Floor = &f
+		for _, r := range rows {
+			log.Printf("start floor: %-12s median %6.2f ms (+%.2f over true), failures %d", r.Program, r.Summary.Median, r.OverTrue, r.Failures)
 		}
 	}
 	if run("steady") {

@@ -63,6 +63,22 @@ func markdown(r *Results) string {
 		p("\n")
 	}
 
+	if f := r.Floor; f != nil && len(f.Rows) > 0 {
+		p("## Start-up floor\n\nEach program started outside any sandbox, from fork to reaped exit, output discarded; once per round in an order rotated each round, %d rounds after 3 warm-up rounds. Times in ms.\n\n", m.N)
+		p("| program | what it is | median | min | median over `true` | failures |\n|---|---|--:|--:|--:|--:|\n")
+		for _, row := range f.Rows {
+			p("| %s | %s | %.2f | %.2f | %+.2f | %d |\n", row.Program, escape(row.What), row.Summary.Median, row.Summary.Min, row.OverTrue, row.Failures)
+		}
+		p("\n")
+		if f.Estimate > 0 {
+			p("airlock's cold `true` (%.2f ms, above) less the CLI's start beyond bubblewrap's own (%.2f ms) and the init's whole start "+
+				"(%.2f ms: bubblewrap forks its pid 1, airlock executes a second program) leaves **%.2f ms, %.2f × bubblewrap's cold `true`** (%.2f ms): "+
+				"an estimate, from medians of this run, of airlock with bubblewrap's process structure (one C program), every layer still on. "+
+				"The rest is work bubblewrap does not do: the cgroup (made, limited, read, removed), Landlock, the report.\n\n",
+				f.AirlockCold, f.CLIOverC, f.InitStart, f.Estimate, f.EstimateXBwr, f.BwrapCold)
+		}
+	}
+
 	if len(r.Steady) > 0 {
 		p("## Steady-state overhead\n\nTime per operation measured inside the loop (start-up excluded), every process pinned to CPU %d, 9 interleaved repetitions. `getpid` shows the seccomp filter's per-syscall cost, `stat` path walks, `open+close` also Landlock's file hooks, `cpu` no syscalls, `python-stat` is `os.stat(\"/\")` in CPython.\n\n", m.PinCPU)
 		p("| workload | contender | median ns/op | min ns/op | median × bare | min × bare | failures |\n|---|---|--:|--:|--:|--:|--:|\n")
