@@ -43,7 +43,7 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err := b.openStageAndLimits("namespaces", func() (*limits, error) { return newLimits(b.pl.Limits, b.sink) }); err != nil {
 		return nil, err
 	}
-	in, err := startInit(b.cfg.Executable, cloneFlags, b.lim.group)
+	in, err := startInit(b.cfg.Executable, cloneFlags, b.lim.group, false)
 	if err != nil {
 		b.lim.finish(b)
 		b.stage.close()
@@ -153,6 +153,11 @@ type initProc struct {
 	// cloned for. handOverPlan takes a clone only for an identical step,
 	// clones the other steps then, and closes what it did not take.
 	cloned map[plan.Mount][]int
+	// premountArg says the init was started with nsinit.PremountArg and
+	// waits for a "premount" message first; premounted is what it mounted
+	// then (root only, see premount).
+	premountArg bool
+	premounted  premountSet
 }
 
 // startInit starts the init process in new namespaces (cloneFlags), in g
@@ -165,7 +170,7 @@ type initProc struct {
 // Preconditions:
 //   - runs on the locked thread that will supervise the sandbox: the
 //     init's death signal is tied to it
-func startInit(exe string, cloneFlags uintptr, g *cgroup.Group) (*initProc, error) {
+func startInit(exe string, cloneFlags uintptr, g *cgroup.Group, premount bool) (*initProc, error) {
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("plan pipe: %w", err)
@@ -216,6 +221,10 @@ func startInit(exe string, cloneFlags uintptr, g *cgroup.Group) (*initProc, erro
 	args := []string{nsinit.Arg0}
 	if cloneFlags&unix.CLONE_NEWNET != 0 {
 		args = append(args, nsinit.NewNetArg) // lo comes up before the plan
+	}
+	if premount && in.root {
+		args = append(args, nsinit.PremountArg) // a "premount" message comes first
+		in.premountArg = true
 	}
 	cmd := &exec.Cmd{Path: path, Args: args, Env: []string{}, ExtraFiles: extra, SysProcAttr: attr, WaitDelay: time.Second}
 	ctl := newControl(cmd, pair[0])
@@ -297,13 +306,17 @@ func (in *initProc) handOverPlan(b *box) error {
 		return fmt.Errorf("send plan: %w", err)
 	}
 	in.planW.Close()
+	use := 0 // the steps mounted ahead the plan begins with
+	if in.premounted.begins(b.pl) {
+		use = len(in.premounted.steps)
+	}
 	var cloneFDs []int
 	if in.root {
-		if cloneFDs, err = cloneBinds(in.ctl.cmd.Process.Pid, b.pl, in.cloned); err != nil {
+		if cloneFDs, err = cloneBinds(in.ctl.cmd.Process.Pid, b.pl, use, in.cloned); err != nil {
 			return err
 		}
 	}
-	err = nsinit.Send(in.ctl.sock, nsinit.Message{Type: nsinit.MsgGo, IDMaps: len(cloneFDs)}, cloneFDs...)
+	err = nsinit.Send(in.ctl.sock, nsinit.Message{Type: nsinit.MsgGo, IDMaps: len(cloneFDs), Premounted: use}, cloneFDs...)
 	closeFDs(cloneFDs)
 	if err != nil {
 		return fmt.Errorf("start sandbox: %w", err)
@@ -369,15 +382,16 @@ func precloneBinds(steps []plan.Mount) map[plan.Mount][]int {
 // are idmapped through the child's user namespace, so files the sandbox
 // writes belong to the caller on disk. A step with a clone in pre (made
 // by precloneBinds for an identical step) takes it instead, and out of
-// pre.
-func cloneBinds(pid int, pl *plan.Plan, pre map[plan.Mount][]int) ([]int, error) {
+// pre. Steps before first were mounted ahead (initProc.premount) and get
+// none.
+func cloneBinds(pid int, pl *plan.Plan, first int, pre map[plan.Mount][]int) ([]int, error) {
 	ns, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/user", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open sandbox user namespace: %w", err)
 	}
 	defer unix.Close(ns)
 	var fds []int
-	for _, m := range pl.Mounts {
+	for _, m := range pl.Mounts[first:] {
 		if !m.Cloned() {
 			continue
 		}

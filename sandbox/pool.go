@@ -10,8 +10,9 @@ import (
 // starts without waiting for its kernel objects and its init's start-up
 // (what agent-sandbox calls a warm pool). A warm init holds new user,
 // mount, pid, net, ipc, uts and cgroup namespaces, an empty cgroup and a
-// Go program waiting for its plan; it has run nothing, granted nothing
-// and mounted nothing. When a sandbox takes it, the sandbox's limits are
+// Go program waiting for its plan; it has run nothing and granted nothing
+// (what a root supervisor's may have mounted ahead is below). When a
+// sandbox takes it, the sandbox's limits are
 // written to its cgroup and its plan is sent, and it builds the root,
 // applies Landlock and seccomp and runs commands exactly as a cold init
 // does: the pool changes when the work is done, not what is enforced.
@@ -27,7 +28,14 @@ import (
 // /dev and tools; never grants, which are idmapped to their sandbox's
 // user namespace): a plan with an identical step takes that clone instead
 // of cloning it then, and the clones nobody's plan names are closed
-// unmounted. Close ends them all. A Pool is safe for concurrent use.
+// unmounted. Such an init also mounts, while it waits, the steps the last
+// taken one's plan began with, on a root of its own it has not pivoted
+// into: the system base, /dev, /proc, /tmp and the synthesized /etc files
+// (nsinit.Premountable), nothing of a grant, a tool or the command. A plan
+// that begins with exactly those steps goes on from there (the init
+// compares them itself); for any other, the init detaches them and starts
+// over. An init that cannot mount them mounts none. Close ends them all.
+// A Pool is safe for concurrent use.
 type Pool struct {
 	cfg PoolConfig
 	st  poolState
@@ -71,6 +79,10 @@ type PoolStats struct {
 	Misses   int // sandboxes that found none ready and started cold
 	Failed   int // inits that failed to start
 	Expired  int // inits replaced after MaxAge unused
+	// MountedAhead counts the sandboxes whose plan began with the steps
+	// their warm init had mounted while it waited (root only: the system
+	// base, /dev, /proc, /tmp and /etc of the plan before).
+	MountedAhead int
 }
 
 // NewPool starts a pool of warm inits. It returns before they are ready.

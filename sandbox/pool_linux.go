@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
+	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/plan"
 )
 
@@ -35,8 +37,10 @@ type poolState struct {
 	retry    *time.Timer // guarded by mu: the fill after retryAt
 	counts   PoolStats   // guarded by mu: Taken, Misses, Failed, Expired
 	// steps are the bind steps of the last plan a warm init was given:
-	// what the next warm inits clone ahead (precloneBinds).
+	// what the next warm inits clone ahead (precloneBinds); ahead is the
+	// beginning of that plan they mount ahead (initProc.premount).
 	steps []plan.Mount // guarded by mu
+	ahead premountSet  // guarded by mu
 }
 
 // warmInit is an init waiting in the pool, and the channel on which the
@@ -109,9 +113,9 @@ func (st *poolState) keep() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	st.mu.Lock()
-	steps := st.steps
+	steps, ahead := st.steps, st.ahead
 	st.mu.Unlock()
-	in, err := startWarm(st.p.cfg.Executable, steps)
+	in, err := startWarm(st.p.cfg.Executable, steps, ahead)
 	st.mu.Lock()
 	st.starting--
 	if err != nil {
@@ -163,8 +167,9 @@ func (st *poolState) keep() {
 // startWarm starts an init for any sandbox of the namespaces isolation:
 // every namespace, the host uid a root supervisor maps to, and an empty
 // cgroup (none when the host has none for it: groupErr says why). A root
-// supervisor also clones the bind steps in steps ahead (precloneBinds).
-func startWarm(exe string, steps []plan.Mount) (*initProc, error) {
+// supervisor also clones the bind steps in steps ahead (precloneBinds)
+// and has the init mount the steps of ahead while it waits (premount).
+func startWarm(exe string, steps []plan.Mount, ahead premountSet) (*initProc, error) {
 	if err := checkInit(exe); err != nil {
 		return nil, err
 	}
@@ -176,7 +181,7 @@ func startWarm(exe string, steps []plan.Mount) (*initProc, error) {
 	if gerr != nil {
 		g = nil
 	}
-	in, err := startInit(exe, flags, g)
+	in, err := startInit(exe, flags, g, len(ahead.steps) > 0)
 	if err != nil {
 		if g != nil {
 			_ = g.Destroy() // empty: the init never started in it
@@ -184,13 +189,23 @@ func startWarm(exe string, steps []plan.Mount) (*initProc, error) {
 		return nil, err
 	}
 	in.group, in.groupErr, in.host = g, gerr, h
+	if in.premountArg {
+		if err := in.premount(ahead); err != nil {
+			in.discard()
+			return nil, fmt.Errorf("warm init: mount ahead: %w", err)
+		}
+	}
 	if in.root {
-		in.cloned = precloneBinds(steps)
+		// The binds mounted ahead need no clone at hand-over.
+		in.cloned = precloneBinds(slices.DeleteFunc(slices.Clone(steps), func(m plan.Mount) bool {
+			return slices.Contains(in.premounted.steps, m)
+		}))
 	}
 	return in, nil
 }
 
-// learn keeps pl's bind steps for the inits started from now on.
+// learn keeps pl's bind steps, and the steps it begins with that can be
+// mounted ahead, for the inits started from now on.
 func (st *poolState) learn(pl *plan.Plan) {
 	var steps []plan.Mount
 	for _, m := range pl.Mounts {
@@ -198,8 +213,15 @@ func (st *poolState) learn(pl *plan.Plan) {
 			steps = append(steps, m)
 		}
 	}
+	ahead := premountSet{procFallback: pl.ProcFallback}
+	for _, m := range pl.Mounts {
+		if !nsinit.Premountable(m) || len(ahead.steps) == maxPremount {
+			break
+		}
+		ahead.steps = append(ahead.steps, m)
+	}
 	st.mu.Lock()
-	st.steps = steps
+	st.steps, st.ahead = steps, ahead
 	st.mu.Unlock()
 }
 
@@ -295,6 +317,11 @@ func (pb pooledBackend) launch(b *box) (*control, error) {
 	// The pool replaces the init refillDelay after b is ready or has failed.
 	b.onReady(func() { time.AfterFunc(refillDelay, pb.st.fill) })
 	pb.st.learn(b.pl)
+	if in.premounted.begins(b.pl) {
+		pb.st.mu.Lock()
+		pb.st.counts.MountedAhead++
+		pb.st.mu.Unlock()
+	}
 	if err := b.prepareCredentials(); err != nil {
 		in.discard()
 		return nil, err

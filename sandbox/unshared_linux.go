@@ -104,7 +104,7 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 			break
 		}
 	}
-	in, err := startInit(b.cfg.Executable, 0, b.lim.group)
+	in, err := startInit(b.cfg.Executable, 0, b.lim.group, false)
 	var ctl *control
 	if err == nil {
 		ctl, err = in.handOver(b)

@@ -346,6 +346,22 @@ func (b *Builder) existing(p string) (string, bool, error) {
 	return full, true, nil
 }
 
+// Abandon undoes MountRoot: the root tmpfs, with every step placed on
+// it, is detached from b.Root, and b is done. An init that mounted steps
+// ahead for a plan that then began otherwise starts over with a new
+// Builder.
+//
+// Preconditions:
+//   - only MountRoot and Place were called (no stage, no helper mounts)
+func (b *Builder) Abandon() error {
+	unix.Close(b.rootFD)
+	b.rootFD = -1
+	if err := unix.Unmount(b.Root, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the root mounted ahead from %s: %w", b.Root, err)
+	}
+	return nil
+}
+
 // Finish makes the root tmpfs read-only, pivots into it and detaches the
 // host's tree. Afterwards the old root is unreachable.
 func (b *Builder) Finish() error {

@@ -108,6 +108,13 @@ func loopbackOnly() error {
 }
 
 func setupAndRun(early earlyNet) (int, error) {
+	var pre *premounted
+	if premountAsked() {
+		var err error
+		if pre, err = premount(); err != nil {
+			return 0, fail("mount ahead", err)
+		}
+	}
 	pl, err := readPlan()
 	if err != nil {
 		return 0, fail("read plan", err)
@@ -117,6 +124,10 @@ func setupAndRun(early earlyNet) (int, error) {
 		return 0, fail("wait for supervisor", fmt.Errorf("expected go message: %v %v", msg.Type, err))
 	}
 	if pl.NoNamespaces {
+		if pre != nil {
+			closeAll(idmapFDs)
+			return 0, fail("mounts", errors.New("airlock bug: a plan without namespaces for an init that mounted steps ahead"))
+		}
 		closeAll(idmapFDs)
 		if err := checkChildrenFile(); err != nil {
 			return 0, fail("init", err)
@@ -126,7 +137,7 @@ func setupAndRun(early earlyNet) (int, error) {
 	if err := setupNetwork(pl, early); err != nil {
 		return 0, fail("network", err)
 	}
-	stage, grants, procShared, err := setupMounts(pl, idmapFDs)
+	stage, grants, procShared, err := setupMounts(pl, idmapFDs, pre, msg.Premounted)
 	if err != nil {
 		return 0, fail("mounts", err)
 	}
@@ -217,7 +228,27 @@ func setupNetwork(pl *spec.Plan, early earlyNet) error {
 // setupMounts builds the root and pivots into it. It returns the fds the
 // supervisor keeps: the stage (-1 when nothing is staged) and the root of
 // every grant, in plan order, as the sandbox sees them.
-func setupMounts(pl *spec.Plan, cloneFDs []int) (stage int, grants []int, procShared bool, err error) {
+//
+// pre is what this init mounted ahead (nil: nothing), and use how many
+// of those steps the supervisor says the plan begins with: all of them
+// (the plan goes on from there, once this init has checked that it does
+// begin with them) or 0 (what was mounted ahead is detached first). Only
+// the binds after them have clones in cloneFDs.
+func setupMounts(pl *spec.Plan, cloneFDs []int, pre *premounted, use int) (stage int, grants []int, procShared bool, err error) {
+	var b *mount.Builder
+	first := 0 // the first step still to mount
+	switch {
+	case use == 0 && pre != nil:
+		if err := pre.b.Abandon(); err != nil {
+			closeAll(cloneFDs)
+			return -1, nil, false, err
+		}
+	case use != 0 && (pre == nil || use != len(pre.steps) || !pre.begins(pl)):
+		closeAll(cloneFDs)
+		return -1, nil, false, fmt.Errorf("airlock bug: the supervisor says the plan begins with the %d steps mounted ahead, and it does not", use)
+	case use != 0:
+		b, first = pre.b, use
+	}
 	// Clone every source before the root tmpfs covers /tmp: grants may live
 	// there on the host.
 	trees := make([]int, len(pl.Mounts))
@@ -242,18 +273,20 @@ func setupMounts(pl *spec.Plan, cloneFDs []int) (stage int, grants []int, procSh
 	// With root, the supervisor cloned every bind source (in plan order);
 	// rootless, the init clones them itself with the caller's access.
 	binds := 0
-	for _, m := range pl.Mounts {
+	for _, m := range pl.Mounts[first:] {
 		if m.Cloned() {
 			binds++
 		}
 	}
-	if len(cloneFDs) != 0 && len(cloneFDs) != binds {
+	if (len(cloneFDs) != 0 || first > 0) && len(cloneFDs) != binds {
+		// After steps mounted ahead the root covers /tmp: the init cannot
+		// clone host paths itself any more, the supervisor sends them all.
 		return -1, nil, false, fmt.Errorf("airlock bug: %d cloned mounts received for %d binds", len(cloneFDs), binds)
 	}
 	next := 0
 	var staged int64 // bytes of staged files copied onto the stage
 	for i, m := range pl.Mounts {
-		if !m.Cloned() {
+		if i < first || !m.Cloned() {
 			continue
 		}
 		if len(cloneFDs) > 0 {
@@ -277,12 +310,16 @@ func setupMounts(pl *spec.Plan, cloneFDs []int) (stage int, grants []int, procSh
 			staged += n + 4096 // a page of slack per file
 		}
 	}
-	b := &mount.Builder{Root: "/tmp", ProcFallback: pl.ProcFallback}
-	if err := b.MountRoot(); err != nil {
-		return -1, nil, false, err
+	if b == nil {
+		b = &mount.Builder{Root: "/tmp", ProcFallback: pl.ProcFallback}
+		if err := b.MountRoot(); err != nil {
+			return -1, nil, false, err
+		}
 	}
 	for i, m := range pl.Mounts {
 		switch {
+		case i < first:
+			continue // mounted ahead
 		case m.Cloned() && trees[i] < 0:
 			continue // an optional source that is absent
 		case m.Kind == spec.KindStage:

@@ -26,6 +26,13 @@ const Arg0 = "airlock-nsinit"
 // host's).
 const NewNetArg = "netns"
 
+// PremountArg is among the init's arguments when the supervisor will send
+// "premount" first, before the plan: a warm init of a root supervisor's
+// Pool (sandbox.Pool) mounts the steps its last taker's plan began with
+// while it waits, and a plan that begins with exactly those steps starts
+// from there.
+const PremountArg = "premount"
+
 // File descriptors the supervisor passes to the init.
 const (
 	PlanFD    = 3 // pipe: the plan (plan.Plan.MarshalBinary), then EOF
@@ -38,6 +45,8 @@ const (
 // beside it as SCM_RIGHTS.
 //
 //	supervisor                              control process
+//	   | ---- premount [bind clones] -----------> |  (a warm init with PremountArg)
+//	   | <--- premounted (steps mounted) -------- |  a root holding those steps
 //	   | ---- plan (binary on PlanFD, then EOF) -> |  (init only)
 //	   | ---- go [idmapped bind clones] ---------> |  set up network, mounts
 //	   | <--- listeners [http, socks] ------------ |  (when the plan has a proxy)
@@ -61,15 +70,17 @@ type Kind string
 
 // The control messages, in the order of the diagram above.
 const (
-	MsgGo        Kind = "go"
-	MsgListeners Kind = "listeners"
-	MsgMounts    Kind = "mounts"
-	MsgReady     Kind = "ready"
-	MsgError     Kind = "error"
-	MsgExec      Kind = "exec"
-	MsgStarted   Kind = "started"
-	MsgKill      Kind = "kill"
-	MsgExit      Kind = "exit"
+	MsgPremount   Kind = "premount"
+	MsgPremounted Kind = "premounted"
+	MsgGo         Kind = "go"
+	MsgListeners  Kind = "listeners"
+	MsgMounts     Kind = "mounts"
+	MsgReady      Kind = "ready"
+	MsgError      Kind = "error"
+	MsgExec       Kind = "exec"
+	MsgStarted    Kind = "started"
+	MsgKill       Kind = "kill"
+	MsgExit       Kind = "exit"
 )
 
 // Message is one control message; fds travel beside it (SCM_RIGHTS).
@@ -104,6 +115,13 @@ type Message struct {
 	Cwd  string   `json:"cwd,omitempty"`
 	// PTY makes the exec's stdin (a pty slave) its controlling terminal.
 	PTY bool `json:"pty,omitempty"`
+	// Premount (premount) is a plan (plan.Plan.MarshalBinary) holding only
+	// the steps to mount ahead and ProcFallback; the bind clones travel
+	// beside it, in step order. Premounted is how many steps the init
+	// mounted (premounted; 0 when it mounted none, Error says why) and
+	// how many of them the plan begins with (go; 0: start over).
+	Premount   string `json:"premount,omitempty"`
+	Premounted int    `json:"premounted,omitempty"`
 }
 
 // maxMessage bounds one control message (an exec's argv and env).
@@ -113,7 +131,8 @@ const maxMessage = 128 << 10
 // pinned by TestMessageLayout; its checksum heads every message, so a
 // control process of another airlock build is refused by name.
 const messageLayout = "Message{Type string; Pid int; Code int; Signal int; Stage string; Error string; IDMaps int; Landlock int; " +
-	"ProcShared bool; HostnameKept bool; CPUMS int64; MaxRSS int64; Staged bool; ID string; Argv []string; Env []string; Cwd string; PTY bool}"
+	"ProcShared bool; HostnameKept bool; CPUMS int64; MaxRSS int64; Staged bool; ID string; Argv []string; Env []string; Cwd string; PTY bool; " +
+	"Premount string; Premounted int}"
 
 var messageTag = wire.Tag("airlock-control", messageLayout)
 
@@ -143,6 +162,8 @@ func (m *Message) marshal() []byte {
 	e.Strings(m.Env)
 	e.String(m.Cwd)
 	e.Bool(m.PTY)
+	e.String(m.Premount)
+	e.Int(int64(m.Premounted))
 	return e.Bytes()
 }
 
@@ -169,6 +190,8 @@ func (m *Message) unmarshal(b []byte) error {
 	q.Env = d.Strings()
 	q.Cwd = d.String()
 	q.PTY = d.Bool()
+	q.Premount = d.String()
+	q.Premounted = int(d.Int())
 	if err := d.Finish(); err != nil {
 		return err
 	}
