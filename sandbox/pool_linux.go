@@ -317,11 +317,6 @@ func (pb pooledBackend) launch(b *box) (*control, error) {
 	// The pool replaces the init refillDelay after b is ready or has failed.
 	b.onReady(func() { time.AfterFunc(refillDelay, pb.st.fill) })
 	pb.st.learn(b.pl)
-	if in.premounted.begins(b.pl) {
-		pb.st.mu.Lock()
-		pb.st.counts.MountedAhead++
-		pb.st.mu.Unlock()
-	}
 	if err := b.prepareCredentials(); err != nil {
 		in.discard()
 		return nil, err
@@ -340,6 +335,11 @@ func (pb pooledBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		in.discard()
 		return nil, err
+	}
+	if in.premounted.begins(b.pl) {
+		pb.st.mu.Lock()
+		pb.st.counts.MountedAhead++
+		pb.st.mu.Unlock()
 	}
 	return b.adopt(in)
 }
