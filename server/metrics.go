@@ -78,12 +78,15 @@ func NewMetrics() *Metrics {
 type PoolStats struct {
 	Ready, Starting                int // now
 	Taken, Misses, Failed, Expired int // since the pool started
+	// MountedAhead counts the sessions whose plan began with the steps
+	// their warm init had mounted while it waited (since the pool started).
+	MountedAhead int
 }
 
 // WatchPool exports a warm pool's counters, read from stats at each
 // scrape: airlock_pool_ready and airlock_pool_starting (gauges), and
-// airlock_pool_taken_total, _misses_total, _failed_total and
-// _expired_total. Call it once.
+// airlock_pool_taken_total, _misses_total, _failed_total,
+// _expired_total and _mounted_ahead_total. Call it once.
 func (m *Metrics) WatchPool(stats func() PoolStats) {
 	gauge := func(name, help string, f func(PoolStats) int) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f(stats())) })
@@ -98,6 +101,7 @@ func (m *Metrics) WatchPool(stats func() PoolStats) {
 		counter("airlock_pool_misses_total", "Sessions that found no warm init ready and started cold.", func(s PoolStats) int { return s.Misses }),
 		counter("airlock_pool_failed_total", "Warm inits that failed to start.", func(s PoolStats) int { return s.Failed }),
 		counter("airlock_pool_expired_total", "Warm inits replaced after waiting their maximum age unused.", func(s PoolStats) int { return s.Expired }),
+		counter("airlock_pool_mounted_ahead_total", "Sessions whose plan began with the steps their warm init had mounted while it waited.", func(s PoolStats) int { return s.MountedAhead }),
 	)
 }
 

@@ -29,7 +29,7 @@ import (
 func TestMetrics(t *testing.T) {
 	m := server.NewMetrics()
 	m.WatchPool(func() server.PoolStats {
-		return server.PoolStats{Ready: 2, Starting: 1, Taken: 7, Misses: 3, Failed: 1, Expired: 4}
+		return server.PoolStats{Ready: 2, Starting: 1, Taken: 7, Misses: 3, Failed: 1, Expired: 4, MountedAhead: 5}
 	})
 	e := newEnv(t, server.Config{Metrics: m})
 	id := e.create(tokA, wsPolicy(t.TempDir()))
@@ -104,6 +104,7 @@ func TestMetrics(t *testing.T) {
 		{"airlock_pool_misses_total", nil, 3},
 		{"airlock_pool_failed_total", nil, 1},
 		{"airlock_pool_expired_total", nil, 4},
+		{"airlock_pool_mounted_ahead_total", nil, 5},
 	} {
 		if got := value(c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -222,7 +222,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		if metrics != nil {
 			metrics.WatchPool(func() server.PoolStats {
 				s := pool.Stats()
-				return server.PoolStats{Ready: s.Ready, Starting: s.Starting, Taken: s.Taken, Misses: s.Misses, Failed: s.Failed, Expired: s.Expired}
+				return server.PoolStats{Ready: s.Ready, Starting: s.Starting, Taken: s.Taken, Misses: s.Misses, Failed: s.Failed, Expired: s.Expired,
+					MountedAhead: s.MountedAhead}
 			})
 		}
 	}
