@@ -124,6 +124,31 @@ func testServeWarmPool(t *testing.T, bin string) {
 	if err := s.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}
+
+	// As root, an init started after a session mounts the steps that
+	// session's plan began with while it waits. The pool's first two
+	// inits predate every session, so the second of two more sessions
+	// with such a policy goes on from steps mounted ahead, and works.
+	if os.Geteuid() != 0 {
+		return
+	}
+	for i := range 2 {
+		s, err := p.client(t).CreateSession(ctx, client.CreateRequest{PolicyText: servePolicy(t.TempDir(), "sh")})
+		if err != nil {
+			t.Fatalf("CreateSession: %v\n%s", err, p.logText())
+		}
+		rep, err := s.Exec(ctx, client.ExecRequest{Args: []string{"sh", "-c", "echo ok > out.txt && read -r l < out.txt && echo $l; read -r h < /etc/hosts && echo $h"}})
+		if err != nil || rep.ExitCode != 0 || !strings.HasPrefix(rep.Stdout, "ok\n127.0.0.1") {
+			t.Errorf("exec in session %d after the first: %+v, %v; want its workspace and /etc/hosts", i+2, rep, err)
+		}
+		if err := s.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(2)
+	}
+	if got := metric("airlock_pool_mounted_ahead_total"); got < 1 {
+		t.Errorf("airlock_pool_mounted_ahead_total = %v after three sessions with the same first steps, want at least 1", got)
+	}
 }
 
 // serveProc is one running `airlock serve`.
