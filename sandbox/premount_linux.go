@@ -3,7 +3,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,10 +23,7 @@ type premountSet struct {
 
 // begins reports whether pl begins with exactly the steps of s, with the
 // same proc fallback; an empty s begins nothing.
-func (s premountSet) begins(pl *plan.Plan) bool {
-	return len(s.steps) > 0 && len(pl.Mounts) >= len(s.steps) &&
-		slices.Equal(pl.Mounts[:len(s.steps)], s.steps) && pl.ProcFallback == s.procFallback
-}
+func (s premountSet) begins(pl *plan.Plan) bool { return nsinit.Begins(pl, s.steps, s.procFallback) }
 
 // Bounds on what a warm init mounts ahead: a default plan begins with
 // about 30 such steps, in a few KiB (the premount message must stay far

@@ -116,7 +116,13 @@ func premountSteps(data string, fds []int) (pre *premounted, err error) {
 
 // begins reports whether pl begins with exactly the steps pre mounted,
 // with the same proc fallback.
-func (pre *premounted) begins(pl *spec.Plan) bool {
-	return len(pl.Mounts) >= len(pre.steps) && slices.Equal(pl.Mounts[:len(pre.steps)], pre.steps) &&
-		pl.ProcFallback == pre.procFallback
+func (pre *premounted) begins(pl *spec.Plan) bool { return Begins(pl, pre.steps, pre.procFallback) }
+
+// Begins reports whether pl begins with exactly steps, with the proc
+// fallback procFallback (which the proc step depends on): whether steps
+// mounted ahead are pl's own. No steps begin no plan. The supervisor asks
+// before it tells an init to go on from them, and the init asks again.
+func Begins(pl *spec.Plan, steps []spec.Mount, procFallback bool) bool {
+	return len(steps) > 0 && len(pl.Mounts) >= len(steps) && slices.Equal(pl.Mounts[:len(steps)], steps) &&
+		pl.ProcFallback == procFallback
 }
