@@ -23,6 +23,33 @@ func openFDs(t *testing.T) int {
 	return len(es) - 1 // ReadDir's own
 }
 
+// waitPool waits up to 30 s for cond to hold for pool's stats.
+func waitPool(t *testing.T, pool *Pool, what string, cond func(PoolStats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond(pool.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never reached %s: %+v", what, pool.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkFDs fails t if more fds than before are open once what is done.
+// Teardown may still be closing fds on other goroutines for a moment, and
+// the cgroup janitor holds its lock for a cooldown after a pass: it waits
+// up to 10 s for the count to fall.
+func checkFDs(t *testing.T, before int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for openFDs(t) > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if after := openFDs(t); after > before {
+		t.Errorf("%d fds open after %s, %d before: an fd leaked", after, what, before)
+	}
+}
+
 // TestPoolClonesAhead: once a sandbox took a warm init, the pool's next
 // inits hold clones of that plan's bind steps (those they did not mount
 // ahead: its tools). A sandbox whose plan has some of the same steps takes
@@ -40,16 +67,7 @@ func TestPoolClonesAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ready := func(what string, cond func(PoolStats) bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond(pool.Stats()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pool never reached %s: %+v", what, pool.Stats())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	ready := func(what string, cond func(PoolStats) bool) { t.Helper(); waitPool(t, pool, what, cond) }
 	session := func(tools ...string) *Session {
 		t.Helper()
 		p, err := policy.New(policy.Spec{AllowedTools: tools, Budget: budget.Limits{Wall: time.Minute}})
@@ -98,15 +116,7 @@ func TestPoolClonesAhead(t *testing.T) {
 	}
 	b.Close()
 	pool.Close()
-	// The sessions' teardown and the pool's closing are done; fds may
-	// still be closing on other goroutines for a moment.
-	deadline := time.Now().Add(10 * time.Second)
-	for openFDs(t) > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := openFDs(t); after > before {
-		t.Errorf("%d fds open after the pool and its sessions closed, %d before: clones leaked", after, before)
-	}
+	checkFDs(t, before, "the pool and its sessions closed")
 }
 
 // premountedOfReady returns the steps the pool's first ready init

@@ -35,16 +35,7 @@ func TestPoolMountsAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	ready := func(what string, cond func(PoolStats) bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond(pool.Stats()) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pool never reached %s: %+v", what, pool.Stats())
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	ready := func(what string, cond func(PoolStats) bool) { t.Helper(); waitPool(t, pool, what, cond) }
 	session := func(scratch int64) *Session {
 		t.Helper()
 		p, err := policy.New(policy.Spec{AllowedTools: []string{"sh"}, Budget: budget.Limits{Wall: time.Minute, Scratch: scratch}})
@@ -163,13 +154,7 @@ read -r pid rest < /proc/self/stat && echo "proc: $pid"`
 		t.Errorf("NewSession = %v; want the init's refusal of a plan that does not begin with what it mounted ahead", err)
 	}
 	pool.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for openFDs(t) > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := openFDs(t); after > before {
-		t.Errorf("%d fds open after the pool and its sessions closed, %d before: clones leaked", after, before)
-	}
+	checkFDs(t, before, "the pool and its sessions closed")
 }
 
 func itoa(n int64) string {
@@ -219,12 +204,5 @@ func TestWarmInitPremountFails(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	in.discard()
-	// The cgroup janitor's lock is held for a cooldown after its pass.
-	deadline := time.Now().Add(10 * time.Second)
-	for openFDs(t) > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if after := openFDs(t); after > before {
-		t.Errorf("%d fds open after the init was discarded, %d before", after, before)
-	}
+	checkFDs(t, before, "the init was discarded")
 }
