@@ -52,8 +52,10 @@ func (p *Proxy) handleConnect(c net.Conn, hr *headReader, br *bufio.Reader, req 
 // splice copies both ways between the client (read through cr, which may
 // hold buffered bytes) and the upstream (read through ur, likewise) until
 // both directions end, or until neither direction carries data for the
-// idle timeout.
+// idle timeout. What the upstream sends is acknowledged as it is read
+// (acker), as on the proxy's own HTTP requests.
 func (p *Proxy) splice(c net.Conn, cr io.Reader, up net.Conn, ur io.Reader) {
+	ur = &ackReader{r: ur, a: newAcker(up)}
 	var last atomic.Int64 // UnixNano of the last byte moved either way
 	last.Store(time.Now().UnixNano())
 	done := make(chan struct{})
@@ -96,6 +98,21 @@ func (p *Proxy) pipe(dst, src net.Conn, r io.Reader, last *atomic.Int64) {
 		dst.Close()
 		return
 	}
+}
+
+// ackReader reads r, the upstream, and acknowledges what each read
+// returned at once.
+type ackReader struct {
+	r io.Reader
+	a acker
+}
+
+func (r *ackReader) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	if n > 0 {
+		r.a.ack()
+	}
+	return n, err
 }
 
 // What a CONNECT tunnel opens with.

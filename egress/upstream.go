@@ -87,10 +87,12 @@ func (uc *upConn) idle() bool { return uc.br.Buffered() == 0 && idle(uc.raw) }
 
 // upstreamReader reads an upstream connection. Before each read, which
 // may wait for the upstream, it flushes what was written to the client,
-// so a streamed response stays streamed; while a response head is read,
-// it counts against limit.
+// so a streamed response stays streamed; after each, it acknowledges what
+// it read at once (acker); while a response head is read, it counts
+// against limit.
 type upstreamReader struct {
 	conn   net.Conn
+	ack    acker
 	client *bufio.Writer // nil: nothing to flush
 	limit  int64         // bytes a response head may still take; < 0 means no limit
 	n      int64         // bytes read for the request in flight
@@ -111,6 +113,9 @@ func (r *upstreamReader) Read(b []byte) (int, error) {
 		b = b[:r.limit]
 	}
 	n, err := r.conn.Read(b)
+	if n > 0 {
+		r.ack.ack()
+	}
 	r.n += int64(n)
 	if r.limit > 0 {
 		r.limit -= int64(n)
@@ -149,7 +154,7 @@ func (u *upstream) open(p *Proxy, d *decision, key upKey) (*upConn, error) {
 		conn = tc
 	}
 	uc := &upConn{key: key, conn: conn, raw: raw, reuse: reuse}
-	uc.r = upstreamReader{conn: conn, limit: -1}
+	uc.r = upstreamReader{conn: conn, ack: newAcker(raw), limit: -1}
 	uc.br = bufio.NewReaderSize(&uc.r, upstreamBuf)
 	uc.bw = bufio.NewWriterSize(conn, upstreamBuf)
 	return uc, nil
