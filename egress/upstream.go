@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -209,7 +208,7 @@ func (u *upstream) drop() {
 // response; its body is read (or closed, which closes the connection)
 // and then finish is called before the next roundTrip. decode says the
 // proxy, not the client, negotiates the response's encoding (credentials
-// were added): it asks for gzip and decodes it, as http.Transport does.
+// were added): it asks for gzip, which scrubResponse decodes.
 //
 // A request without a body that was sent on a kept connection the
 // upstream closed before answering is sent once more on a new one, as
@@ -218,9 +217,7 @@ func (u *upstream) roundTrip(p *Proxy, d *decision, decode bool, out *http.Reque
 	if what := invalidHeader(out.Header); what != "" {
 		return nil, errors.New("invalid header " + what)
 	}
-	gz := false
 	if decode && out.Method != http.MethodHead && out.Header.Get("Accept-Encoding") == "" && out.Header.Get("Range") == "" {
-		gz = true
 		out.Header.Set("Accept-Encoding", "gzip")
 	}
 	key := upKey{target: d.target, addrs: d.addrs, decode: decode, secure: u.secure}
@@ -236,13 +233,6 @@ func (u *upstream) roundTrip(p *Proxy, d *decision, decode bool, out *http.Reque
 		}
 		resp, err := u.exchange(p, out)
 		if err == nil {
-			if gz && strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
-				resp.Header.Del("Content-Encoding")
-				resp.Header.Del("Content-Length")
-				resp.ContentLength = -1
-				resp.Uncompressed = true
-				resp.Body = &gzipBody{rc: resp.Body}
-			}
 			return resp, nil
 		}
 		got := u.uc.r.n
@@ -369,31 +359,6 @@ func (b *upstreamBody) Close() error {
 	}
 	return nil
 }
-
-// gzipBody decodes a gzip body the proxy asked for.
-type gzipBody struct {
-	rc  io.ReadCloser
-	zr  *gzip.Reader
-	err error // sticky
-}
-
-func (g *gzipBody) Read(p []byte) (int, error) {
-	if g.err != nil {
-		return 0, g.err
-	}
-	if g.zr == nil {
-		if g.zr, g.err = gzip.NewReader(g.rc); g.err != nil {
-			return 0, g.err
-		}
-	}
-	n, err := g.zr.Read(p)
-	if err != nil {
-		g.err = err
-	}
-	return n, err
-}
-
-func (g *gzipBody) Close() error { return g.rc.Close() }
 
 // invalidHeader names a header field that http.Transport would refuse to
 // send (golang.org/x/net/http/httpguts' rules: a name is a token, a value
