@@ -36,8 +36,8 @@ const minTokenForm = 4
 // case). A form the upstream made otherwise (base64, HTML entities, a
 // value cut or interleaved) is beyond it.
 type scrubber struct {
-	forms   [][]byte  // lower case, longest first
-	first   [256]bool // bytes, in either case, that a form starts with
+	forms   [][]byte      // lower case, longest first
+	first   [256][][]byte // by the byte they start with, in either case: forms, longest first
 	longest int
 }
 
@@ -62,8 +62,10 @@ func newScrubber(cs []Credential) *scrubber {
 	slices.SortStableFunc(s.forms, func(a, b []byte) int { return len(b) - len(a) })
 	s.longest = len(s.forms[0])
 	for _, f := range s.forms {
-		s.first[f[0]] = true
-		s.first[upper(f[0])] = true
+		s.first[f[0]] = append(s.first[f[0]], f)
+		if u := upper(f[0]); u != f[0] {
+			s.first[u] = append(s.first[u], f)
+		}
 	}
 	return s
 }
@@ -109,11 +111,11 @@ func lower(c byte) byte {
 
 // match returns the length of the form at src[i:], or 0.
 func (s *scrubber) match(src []byte, i int) int {
-	for _, f := range s.forms {
+	for _, f := range s.first[src[i]] {
 		if len(src)-i < len(f) {
 			continue
 		}
-		j := 0
+		j := 1
 		for j < len(f) && lower(src[i+j]) == f[j] {
 			j++
 		}
@@ -130,7 +132,7 @@ func (s *scrubber) match(src []byte, i int) int {
 func (s *scrubber) replace(dst, src []byte, limit int) ([]byte, int) {
 	i, from := 0, 0
 	for i < limit {
-		if !s.first[src[i]] {
+		if s.first[src[i]] == nil {
 			i++
 			continue
 		}
@@ -157,7 +159,7 @@ func (s *scrubber) string(v string) string {
 // found reports whether v holds a form.
 func (s *scrubber) found(v string) bool {
 	for i := 0; i < len(v); i++ {
-		if s.first[v[i]] && s.match([]byte(v), i) > 0 {
+		if s.first[v[i]] != nil && s.match([]byte(v), i) > 0 {
 			return true
 		}
 	}
