@@ -213,7 +213,7 @@ func scrubResponse(resp *http.Response, s *scrubber, onBomb func(decoded, wire i
 	case len(codings) == 1 && (codings[0] == "gzip" || codings[0] == "x-gzip"):
 		gz = true
 	default:
-		return &errWithheld{fmt.Sprintf("content codings %q, which the scrub cannot read whole (it reads none, or gzip alone)", s.string(strings.Join(codings, ", ")))}
+		return &errWithheld{fmt.Sprintf("content codings %s, which the scrub cannot read whole (it reads none, or gzip alone)", codingNames(codings))}
 	}
 	resp.Header.Del("Content-Encoding")
 	resp.Header.Del("Content-Length")
@@ -225,6 +225,23 @@ func scrubResponse(resp *http.Response, s *scrubber, onBomb func(decoded, wire i
 	}
 	resp.Body = &scrubBody{rc: body, s: s}
 	return nil
+}
+
+// knownCodings are the content codings a refusal names; it calls any
+// other "unknown" rather than quote what the upstream wrote, which may be
+// an echo.
+var knownCodings = []string{"identity", "gzip", "x-gzip", "deflate", "br", "zstd", "compress", "x-compress", "dcb", "dcz"}
+
+// codingNames lists codings for a refusal.
+func codingNames(cs []string) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = "unknown"
+		if slices.Contains(knownCodings, c) {
+			names[i] = c
+		}
+	}
+	return "(" + strings.Join(names, ", ") + ")"
 }
 
 // contentCodings returns the codings a Content-Encoding field lists over
