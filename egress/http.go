@@ -230,7 +230,10 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 	if up.client == nil {
 		up.client = bufio.NewWriterSize(c, bodyBuf)
 	}
-	scrub := newScrubber(creds)
+	var scrub *scrubber
+	if len(creds) > 0 {
+		scrub = p.scrubs[d.host]
+	}
 	if len(creds) > 0 && scrub == nil {
 		writeError(c, http.StatusInternalServerError, "airlock: airlock bug: credentials without values")
 		return false
