@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -52,8 +53,10 @@ func (p *Proxy) handleConnect(c net.Conn, hr *headReader, br *bufio.Reader, req 
 // splice copies both ways between the client (read through cr, which may
 // hold buffered bytes) and the upstream (read through ur, likewise) until
 // both directions end, or until neither direction carries data for the
-// idle timeout.
+// idle timeout. What the upstream sends is acknowledged as it is read
+// (acker), as on the proxy's own HTTP requests.
 func (p *Proxy) splice(c net.Conn, cr io.Reader, up net.Conn, ur io.Reader) {
+	ur = &ackReader{r: ur, a: newAcker(up)}
 	var last atomic.Int64 // UnixNano of the last byte moved either way
 	last.Store(time.Now().UnixNano())
 	done := make(chan struct{})
@@ -98,6 +101,21 @@ func (p *Proxy) pipe(dst, src net.Conn, r io.Reader, last *atomic.Int64) {
 	}
 }
 
+// ackReader reads r, the upstream, and acknowledges what each read
+// returned at once.
+type ackReader struct {
+	r io.Reader
+	a acker
+}
+
+func (r *ackReader) Read(b []byte) (int, error) {
+	n, err := r.r.Read(b)
+	if n > 0 {
+		r.a.ack()
+	}
+	return n, err
+}
+
 // What a CONNECT tunnel opens with.
 const (
 	protoTLS = iota
@@ -107,13 +125,21 @@ const (
 )
 
 // tunnelProtocol looks at what the client sent first, until the read
-// deadline already set on the connection: a TLS handshake record; HTTP,
-// which is a token of letters and a space or tab (a request line), or
-// anything that starts with white space or a line break (servers skip
-// blank lines before a request line, so that is read as HTTP too and
-// refused if malformed, never passed through unchecked); anything else
-// that is seen; or unknown, when the deadline passes before the bytes
-// decide.
+// deadline already set on the connection: a TLS handshake record; HTTP;
+// anything else that is seen; or unknown, when the deadline passes before
+// the bytes decide.
+//
+// HTTP is whatever some HTTP server could take for a request, since one
+// carried as bytes would reach the granted address with a Host header no
+// check saw (a CDN routes by it): a line that starts with white space or
+// a line break (servers skip blank lines), or with a token (a method is
+// any token: M-SEARCH, VERSION-CONTROL, GET2) and a space or tab, whatever
+// follows (nginx takes "GET http://host/" without a version as HTTP/0.9,
+// and routes by its host). The proxy's own parser then refuses what it
+// cannot read. One such line is not HTTP: an SSH client's banner
+// ("SSH-2.0-OpenSSH_9.6p1 Debian-3", RFC 4253 §4.2), whose version, a
+// digit after "SSH-", no server takes in a method, and which names no
+// HTTP version.
 func tunnelProtocol(br *bufio.Reader) int {
 	first, err := br.Peek(1)
 	switch {
@@ -123,22 +149,53 @@ func tunnelProtocol(br *bufio.Reader) int {
 		return protoTLS
 	case first[0] == ' ' || first[0] == '\t' || first[0] == '\r' || first[0] == '\n':
 		return protoHTTP
-	case !isLetter(first[0]):
+	case notTokenRune(rune(first[0])):
 		return protoOther
 	}
-	for n := 2; n <= 24; n++ {
-		b, err := br.Peek(n)
-		if err != nil {
+	for n := 1; ; n++ {
+		b, err := br.Peek(n + 1)
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			return protoHTTP // a token longer than the buffer: the parser refuses it
+		case err != nil:
 			return protoUnknown
 		}
-		switch c := b[n-1]; {
-		case c == ' ' || c == '\t':
-			return protoHTTP
-		case !isLetter(c):
+		if c := b[n]; c == ' ' || c == '\t' {
+			break
+		} else if notTokenRune(rune(c)) {
 			return protoOther
 		}
 	}
-	return protoOther
+	line, err := peekLine(br)
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull):
+		return protoHTTP
+	case err != nil:
+		return protoUnknown
+	case sshBanner(line):
+		return protoOther
+	}
+	return protoHTTP
 }
 
-func isLetter(c byte) bool { return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' }
+// peekLine returns the buffered bytes through the first line feed,
+// reading more as needed, without consuming them.
+func peekLine(br *bufio.Reader) ([]byte, error) {
+	for n := br.Buffered(); ; n++ {
+		b, err := br.Peek(max(n, 1))
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			return b[:i+1], nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		n = len(b)
+	}
+}
+
+// sshBanner reports whether line is an SSH identification string
+// ("SSH-" and a digit) that names no HTTP version.
+func sshBanner(line []byte) bool {
+	return len(line) > 4 && bytes.HasPrefix(line, []byte("SSH-")) && line[4] >= '0' && line[4] <= '9' &&
+		!bytes.Contains(bytes.ToUpper(line), []byte("HTTP/"))
+}

@@ -264,6 +264,11 @@ func TestConnectPlainHTTP(t *testing.T) {
 			"blank-line":    "\r\nGET / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
 			"lowercase":     "get / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
 			"tab":           "GET\t/ HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			// Methods are tokens, not only letters: nginx and others take
+			// these, and route them by Host like any request.
+			"hyphen-method":     "M-SEARCH / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			"underscore-method": "VERSION_CONTROL / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
+			"digit-method":      "GET2 / HTTP/1.1\r\nHost: " + evil.hostPort("evil.test") + "\r\n\r\n",
 		} {
 			t.Run(name, func(t *testing.T) {
 				c, status := h.open(t, okHP)
@@ -284,8 +289,9 @@ func TestConnectPlainHTTP(t *testing.T) {
 }
 
 // TestConnectOtherProtocols: a tunnel that opens with neither TLS nor an
-// HTTP request line (an SSH banner) carries its bytes to the checked
-// address, as SOCKS5 does; one to a host that is not granted never opens.
+// HTTP request line (an SSH banner, Debian's with a comment after a
+// space) carries its bytes to the checked address, as SOCKS5 does; one to
+// a host that is not granted never opens.
 func TestConnectOtherProtocols(t *testing.T) {
 	eachVia(t, func(t *testing.T, via string) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -311,10 +317,11 @@ func TestConnectOtherProtocols(t *testing.T) {
 		if status != 200 {
 			t.Fatalf("CONNECT = %d", status)
 		}
-		io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n")
+		const banner = "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n"
+		io.WriteString(c, banner)
 		select {
 		case b := <-got:
-			if b != "SSH-2.0-OpenSSH_9.2\r\n" {
+			if b != banner {
 				t.Fatalf("the server got %q", b)
 			}
 		case <-time.After(10 * time.Second):

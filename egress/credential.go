@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -36,8 +35,9 @@ type Credential struct {
 }
 
 // Redacted replaces a credential's value wherever it appears in what the
-// upstream sends back (headers and body), so a server that echoes the
-// request (TRACE, a debug endpoint) cannot hand the secret to the sandbox.
+// upstream sends back (status line, headers and body; see scrubResponse),
+// so a server that echoes the request (TRACE, a debug endpoint) cannot
+// hand the secret to the sandbox.
 const Redacted = "[airlock: credential removed]"
 
 // CA is a certificate authority made for one run: the proxy terminates TLS
@@ -172,9 +172,11 @@ func (c *prefixConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
 // addCredentials sets the credentials for the request's host on h,
 // replacing whatever the client sent under those names, and makes the
-// proxy the one that negotiates the response's encoding (the upstream
-// request asks for gzip, which the proxy decodes), so the response can be
-// searched for the values. It audits each one added, never its value.
+// proxy the one that negotiates the response's representation, so the
+// response can be searched whole for the values: the upstream request
+// asks for gzip (which the proxy decodes) and no range of it (a slice
+// could cut a value where the search cannot see it). It audits each one
+// added, never its value.
 //
 // Over plain HTTP (secure false) it adds them only when every address of
 // the host is on this machine or a private network (listed exactly in
@@ -193,6 +195,12 @@ func (p *Proxy) addCredentials(h http.Header, d *decision, secure bool) []Creden
 		return nil
 	}
 	h.Del("Accept-Encoding")
+	if h.Get("Range") != "" {
+		p.emit(audit.Event{Kind: audit.Info, Op: opHTTP, Target: d.target, Rule: "credentials",
+			Message: "removed the request's Range header: the response to a request with a credential is read whole, to remove the credential wherever it is echoed"})
+	}
+	h.Del("Range")
+	h.Del("If-Range")
 	for _, c := range cs {
 		h[c.Header] = []string{c.Value}
 		p.emit(audit.Event{Kind: audit.Info, Op: opHTTP, Target: d.target, Rule: "credentials",
@@ -200,79 +208,6 @@ func (p *Proxy) addCredentials(h http.Header, d *decision, secure bool) []Creden
 	}
 	return cs
 }
-
-// redactResponse removes every credential value from resp's headers and
-// body. It refuses (false) a body in an encoding it cannot read.
-func redactResponse(resp *http.Response, cs []Credential) bool {
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return false
-	}
-	secrets := make([][]byte, 0, len(cs))
-	for _, c := range cs {
-		if c.Value != "" {
-			secrets = append(secrets, []byte(c.Value))
-		}
-	}
-	if len(secrets) == 0 {
-		return true
-	}
-	for k, vs := range resp.Header {
-		for i, v := range vs {
-			for _, s := range secrets {
-				v = strings.ReplaceAll(v, string(s), Redacted)
-			}
-			vs[i] = v
-		}
-		resp.Header[k] = vs
-	}
-	resp.Header.Del("Content-Length")
-	resp.ContentLength = -1
-	resp.Body = &redactReader{rc: resp.Body, secrets: secrets}
-	return true
-}
-
-// redactReader copies a body with every secret replaced by Redacted. It
-// holds back the last len(longest secret)-1 bytes until more arrive, so a
-// secret split across reads is still found.
-type redactReader struct {
-	rc      io.ReadCloser
-	secrets [][]byte
-	pending []byte // read, not yet searched to the end
-	out     []byte // searched, ready to return
-	err     error
-}
-
-func (r *redactReader) Read(b []byte) (int, error) {
-	longest := 0
-	for _, s := range r.secrets {
-		longest = max(longest, len(s))
-	}
-	buf := make([]byte, 32<<10)
-	for len(r.out) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		n, err := r.rc.Read(buf)
-		r.pending = append(r.pending, buf[:n]...)
-		if err != nil {
-			r.err = err
-		}
-		for _, s := range r.secrets {
-			r.pending = bytes.ReplaceAll(r.pending, s, []byte(Redacted))
-		}
-		keep := 0
-		if r.err == nil {
-			keep = min(len(r.pending), longest-1)
-		}
-		r.out = append(r.out, r.pending[:len(r.pending)-keep]...)
-		r.pending = append([]byte(nil), r.pending[len(r.pending)-keep:]...)
-	}
-	n := copy(b, r.out)
-	r.out = r.out[n:]
-	return n, nil
-}
-
-func (r *redactReader) Close() error { return r.rc.Close() }
 
 // checkCredentials checks Config.Credentials against the policy: each for
 // a host and header the policy lists, with a value.

@@ -45,6 +45,22 @@
 // IdleTimeout. A kept upstream connection carries only requests that
 // decide to the host, checked addresses and credentials it was dialed for.
 //
+// A host with credentials gets them from the proxy, never from the
+// sandbox: the proxy sets the header on each request to it and reads the
+// answer before the sandbox does. It negotiates the representation (gzip
+// or none, and no Range), and removes every form of the value an echo may
+// carry (as sent, the token without its scheme, URL- and JSON-escaped, any
+// case) from the status line, the headers and the body, which it decodes
+// and searches across reads. A response it cannot read whole (another
+// content coding, a list of them over any lines, a partial one) is
+// withheld with a 502 and an audit denial; a gzip body that decodes to
+// far more than it weighs is cut.
+//
+// The proxy acknowledges what an upstream sends as it reads it
+// (TCP_QUICKACK on Linux), so an upstream with Nagle's algorithm on does
+// not wait out the kernel's delayed-ACK timer on a connection the proxy
+// keeps for request after request.
+//
 // The proxy is written on net/http and net instead of a general proxy
 // library on purpose: it is small, every decision is visible in this
 // package, and "resolve once, dial the checked address" must hold on every

@@ -122,7 +122,8 @@ func (r *fakeResolver) lookups() []string {
 // non-loopback address gets fail, or an error when fail is nil.
 type recordingDialer struct {
 	mu    sync.Mutex
-	addrs []string // guarded by mu
+	addrs []string            // guarded by mu
+	conns map[string]net.Conn // guarded by mu: each connection dialed to loopback, by its local address
 	fail  func(addr string) (net.Conn, error)
 }
 
@@ -141,7 +142,24 @@ func (d *recordingDialer) DialContext(ctx context.Context, network, addr string)
 		return nil, errors.New("test dialer: refusing to connect outside loopback")
 	}
 	var nd net.Dialer
-	return nd.DialContext(ctx, network, addr)
+	c, err := nd.DialContext(ctx, network, addr)
+	if err == nil {
+		d.mu.Lock()
+		if d.conns == nil {
+			d.conns = map[string]net.Conn{}
+		}
+		d.conns[c.LocalAddr().String()] = c
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+// connFrom returns the connection the proxy dialed from local, the remote
+// address its server sees, or nil.
+func (d *recordingDialer) connFrom(local net.Addr) net.Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conns[local.String()]
 }
 
 func (d *recordingDialer) dialed() []string {

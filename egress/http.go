@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/policy/hostspec"
@@ -229,15 +230,28 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 	if up.client == nil {
 		up.client = bufio.NewWriterSize(c, bodyBuf)
 	}
-	resp, err := up.roundTrip(p, d, len(creds) > 0, out)
+	var scrub *scrubber
+	if len(creds) > 0 {
+		scrub = p.scrubs[d.host]
+	}
+	if len(creds) > 0 && scrub == nil {
+		writeError(c, http.StatusInternalServerError, "airlock: airlock bug: credentials without values")
+		return false
+	}
+	resp, err := up.roundTrip(p, d, scrub != nil, out)
 	if err != nil {
-		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" did not answer: "+redact(err.Error(), creds))
+		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" did not answer: "+scrub.string(err.Error()))
 		return false
 	}
 	defer resp.Body.Close() // closes the upstream connection unless the body was read to its end
-	if len(creds) > 0 && !redactResponse(resp, creds) {
-		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" answered in an encoding ("+resp.Header.Get("Content-Encoding")+") airlock cannot search for the credential it added, so the response was withheld")
-		return false
+	if scrub != nil {
+		if err := scrubResponse(resp, scrub, func(decoded, wire int64) { p.denyBomb(d.target, decoded, wire) }); err != nil {
+			p.emit(audit.Event{Kind: audit.Deny, Op: opHTTP, Target: d.target, Rule: "credentials",
+				Message: "withheld the response of " + d.target + " to a request that carried a credential: it is " + err.Error(),
+				Hint:    "have the server answer without a content coding or in gzip alone, and whole"})
+			writeError(c, http.StatusBadGateway, "airlock: "+d.target+" answered with "+err.Error()+"; airlock added a credential to the request, so it withheld the response")
+			return false
+		}
 	}
 	written, keep := writeResponse(up.client, req, resp, !req.Close && req.ProtoAtLeast(1, 1))
 	if !written {
@@ -336,14 +350,11 @@ func writeResponse(bw *bufio.Writer, req *http.Request, resp *http.Response, kee
 	return true, !resp.Close
 }
 
-// redact removes the credentials' values from s.
-func redact(s string, cs []Credential) string {
-	for _, c := range cs {
-		if c.Value != "" {
-			s = strings.ReplaceAll(s, c.Value, Redacted)
-		}
-	}
-	return s
+// denyBomb audits a gzip response cut by the scrub's bound.
+func (p *Proxy) denyBomb(target string, decoded, wire int64) {
+	p.emit(audit.Event{Kind: audit.Deny, Op: opHTTP, Target: target, Rule: "credentials",
+		Message: fmt.Sprintf("cut the gzip response of %s to a request that carried a credential after %d MiB decoded from %d KiB (more than %d times what it weighs past %d MiB): a zip bomb, or a body too compressible for airlock to search", target, decoded>>20, wire>>10, maxExpansion, expansionFloor>>20),
+		Hint:    "fetch it from a host without a credential, or have the server send it without Content-Encoding"})
 }
 
 // hopByHop lists headers that describe one connection, not the message

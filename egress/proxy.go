@@ -146,6 +146,7 @@ type Proxy struct {
 	maxConns  int
 	advice    bool                    // refusals to the client carry the audit suggestion
 	creds     map[string][]Credential // by host
+	scrubs    map[string]*scrubber    // by host: its credentials' forms, read only
 	ca        *CA
 	roots     *x509.CertPool
 
@@ -192,12 +193,16 @@ func New(cfg Config) (*Proxy, error) {
 		ca:          cfg.CA,
 		roots:       cfg.UpstreamRoots,
 		creds:       map[string][]Credential{},
+		scrubs:      map[string]*scrubber{},
 		listeners:   make(map[net.Listener]struct{}),
 		conns:       make(map[net.Conn]struct{}),
 		packetConns: make(map[net.PacketConn]struct{}),
 	}
 	for _, c := range cfg.Credentials {
 		p.creds[c.Host] = append(p.creds[c.Host], c)
+	}
+	for host, cs := range p.creds {
+		p.scrubs[host] = newScrubber(cs)
 	}
 	if p.audit == nil {
 		p.audit = audit.Discard

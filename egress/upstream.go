@@ -2,7 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -87,10 +86,12 @@ func (uc *upConn) idle() bool { return uc.br.Buffered() == 0 && idle(uc.raw) }
 
 // upstreamReader reads an upstream connection. Before each read, which
 // may wait for the upstream, it flushes what was written to the client,
-// so a streamed response stays streamed; while a response head is read,
-// it counts against limit.
+// so a streamed response stays streamed; after each, it acknowledges what
+// it read at once (acker); while a response head is read, it counts
+// against limit.
 type upstreamReader struct {
 	conn   net.Conn
+	ack    acker
 	client *bufio.Writer // nil: nothing to flush
 	limit  int64         // bytes a response head may still take; < 0 means no limit
 	n      int64         // bytes read for the request in flight
@@ -111,6 +112,9 @@ func (r *upstreamReader) Read(b []byte) (int, error) {
 		b = b[:r.limit]
 	}
 	n, err := r.conn.Read(b)
+	if n > 0 {
+		r.ack.ack()
+	}
 	r.n += int64(n)
 	if r.limit > 0 {
 		r.limit -= int64(n)
@@ -149,7 +153,7 @@ func (u *upstream) open(p *Proxy, d *decision, key upKey) (*upConn, error) {
 		conn = tc
 	}
 	uc := &upConn{key: key, conn: conn, raw: raw, reuse: reuse}
-	uc.r = upstreamReader{conn: conn, limit: -1}
+	uc.r = upstreamReader{conn: conn, ack: newAcker(raw), limit: -1}
 	uc.br = bufio.NewReaderSize(&uc.r, upstreamBuf)
 	uc.bw = bufio.NewWriterSize(conn, upstreamBuf)
 	return uc, nil
@@ -204,7 +208,7 @@ func (u *upstream) drop() {
 // response; its body is read (or closed, which closes the connection)
 // and then finish is called before the next roundTrip. decode says the
 // proxy, not the client, negotiates the response's encoding (credentials
-// were added): it asks for gzip and decodes it, as http.Transport does.
+// were added): it asks for gzip, which scrubResponse decodes.
 //
 // A request without a body that was sent on a kept connection the
 // upstream closed before answering is sent once more on a new one, as
@@ -213,9 +217,7 @@ func (u *upstream) roundTrip(p *Proxy, d *decision, decode bool, out *http.Reque
 	if what := invalidHeader(out.Header); what != "" {
 		return nil, errors.New("invalid header " + what)
 	}
-	gz := false
 	if decode && out.Method != http.MethodHead && out.Header.Get("Accept-Encoding") == "" && out.Header.Get("Range") == "" {
-		gz = true
 		out.Header.Set("Accept-Encoding", "gzip")
 	}
 	key := upKey{target: d.target, addrs: d.addrs, decode: decode, secure: u.secure}
@@ -231,13 +233,6 @@ func (u *upstream) roundTrip(p *Proxy, d *decision, decode bool, out *http.Reque
 		}
 		resp, err := u.exchange(p, out)
 		if err == nil {
-			if gz && strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
-				resp.Header.Del("Content-Encoding")
-				resp.Header.Del("Content-Length")
-				resp.ContentLength = -1
-				resp.Uncompressed = true
-				resp.Body = &gzipBody{rc: resp.Body}
-			}
 			return resp, nil
 		}
 		got := u.uc.r.n
@@ -364,31 +359,6 @@ func (b *upstreamBody) Close() error {
 	}
 	return nil
 }
-
-// gzipBody decodes a gzip body the proxy asked for.
-type gzipBody struct {
-	rc  io.ReadCloser
-	zr  *gzip.Reader
-	err error // sticky
-}
-
-func (g *gzipBody) Read(p []byte) (int, error) {
-	if g.err != nil {
-		return 0, g.err
-	}
-	if g.zr == nil {
-		if g.zr, g.err = gzip.NewReader(g.rc); g.err != nil {
-			return 0, g.err
-		}
-	}
-	n, err := g.zr.Read(p)
-	if err != nil {
-		g.err = err
-	}
-	return n, err
-}
-
-func (g *gzipBody) Close() error { return g.rc.Close() }
 
 // invalidHeader names a header field that http.Transport would refuse to
 // send (golang.org/x/net/http/httpguts' rules: a name is a token, a value

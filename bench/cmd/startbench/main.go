@@ -43,6 +43,7 @@ type Results struct {
 	Steady      []SteadyRow      `json:"steady_state"`
 	Proxy       *ProxyResult     `json:"proxy,omitempty"`
 	Egress      *EgressResult    `json:"egress_in_sandbox,omitempty"`
+	Clients     *ClientsResult   `json:"egress_clients,omitempty"`
 	Session     *SessionResult   `json:"session_exec,omitempty"`
 	Serve       *ServeResult     `json:"serve,omitempty"`
 	Memory      []MemRow         `json:"memory"`
@@ -87,7 +88,9 @@ func main() {
 	repo := flag.String("repo", ".", "repository root, for go test ./egress/ ./policy/...")
 	pin := flag.Int("cpu", runtime.NumCPU()-1, "CPU that the steady-state loops are pinned to")
 	coldBudget := flag.Duration("cold-budget", 7*time.Minute, "stop the cold-start rounds early after this long")
-	only := flag.String("only", "", "comma-separated sections to run (cold,floor,steady,proxy,egress,session,serve,memory,scaling,micro); empty runs all")
+	only := flag.String("only", "", "comma-separated sections to run (cold,floor,steady,proxy,egress,clients,session,serve,memory,scaling,micro); empty runs all")
+	clientRequests := flag.Int("client-requests", 32, "requests per row and round in the clients section (a multiple of 4: the concurrent rows run 4 at once)")
+	clientRounds := flag.Int("client-rounds", 3, "rounds of the clients section")
 	levels := flag.String("levels", "1,10,50,200", "comma-separated concurrency levels for the scaling section")
 	levelBudget := flag.Duration("level-budget", 60*time.Second, "longest a scaling level may take")
 	flag.DurationVar(&runTimeout, "run-timeout", runTimeout, "longest one run may take before it is killed and counted as a failure")
@@ -179,6 +182,14 @@ func main() {
 			log.Print("egress: ", err)
 		}
 		res.Egress = e
+	}
+	if run("clients") {
+		c, err := clientsBench(ctx, *airlockBin, work, *clientRequests, 4, *clientRounds)
+		if err != nil {
+			res.Notes = append(res.Notes, "clients benchmark: "+err.Error())
+			log.Print("clients: ", err)
+		}
+		res.Clients = c
 	}
 	if run("session") {
 		s := sessionBench(ctx, *n)

@@ -116,6 +116,54 @@ func markdown(r *Results) string {
 		p("\n")
 	}
 
+	if c := r.Clients; c != nil && len(c.Rows) > 0 {
+		p("## Real clients through every egress path\n\n")
+		p("curl (a new curl per request), python3 urllib (a new connection per request) and node fetch (connections kept alive) against Python's http.server speaking HTTP/1.1 (keep-alive) or HTTP/1.0, which writes a response's head and body in two writes with Nagle's algorithm on. "+
+			"Baselines on the host: direct, and through a bare relay that decides nothing (a proxy for curl and urllib, a stand-in for the server for node). Inside `airlock run`: proxy (HTTP_PROXY, upstream connections pooled), transparent (the proxy variables ignored), "+
+			"tunnel (HTTPS through CONNECT, or for node transparently: TLS end to end) and credential (HTTPS to a host with a credential: TLS terminated by the proxy, upstream pooled over its own TLS; its baselines are the -tls ones). "+
+			"Median ms per request over %d rounds of %d requests, sequential and %d at once; — where the client has no such path (node fetch ignores HTTP_PROXY).\n\n", c.Rounds, c.Requests, c.Workers)
+		paths := []string{"direct", "relay", "proxy", "transparent", "direct-tls", "relay-tls", "tunnel", "credential"}
+		p("| client | upstream | mode |")
+		for _, path := range paths {
+			p(" %s |", path)
+		}
+		p("\n|---|---|---|%s\n", strings.Repeat("--:|", len(paths)))
+		type key struct{ client, upstream, mode string }
+		var order []key
+		cells := map[key]map[string]ClientRow{}
+		for _, row := range c.Rows {
+			k := key{row.Client, row.Upstream, row.Mode}
+			if cells[k] == nil {
+				cells[k] = map[string]ClientRow{}
+				order = append(order, k)
+			}
+			cells[k][row.Path] = row
+		}
+		var failed []string
+		for _, k := range order {
+			p("| %s | %s | %s |", k.client, k.upstream, k.mode)
+			for _, path := range paths {
+				row, ok := cells[k][path]
+				switch {
+				case !ok:
+					p(" — |")
+				case row.MS.N == 0:
+					p(" failed |")
+				default:
+					p(" %.2f |", row.MS.Median)
+				}
+				if ok && row.Failures > 0 {
+					failed = append(failed, fmt.Sprintf("%s %s %s %s: %d (%s)", k.client, k.upstream, k.mode, path, row.Failures, escape(row.Error)))
+				}
+			}
+			p("\n")
+		}
+		if len(failed) > 0 {
+			p("\nFailed requests: %s.\n", strings.Join(failed, "; "))
+		}
+		p("\n")
+	}
+
 	if v := r.Serve; v != nil {
 		p("## `airlock serve`: new sessions and idle sessions\n\n")
 		if v.Note != "" {
