@@ -263,7 +263,7 @@ func (b *Bundle) addMounts(ms []plan.Mount, bundleDir, stageDir string, ownRootf
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: bindOptions(m)})
 		case plan.KindTmpfs:
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs",
-				Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%d", m.Size)}})
+				Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%d", m.Size), fmt.Sprintf("nr_inodes=%d", m.Inodes())}})
 		case plan.KindProc:
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "proc", Source: "proc",
 				Options: []string{"nosuid", "nodev", "noexec"}})
