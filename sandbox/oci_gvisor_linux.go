@@ -49,6 +49,7 @@ var sentryWeaker = []string{
 	"gvisor: max_pids and max_memory count the sentry's and gofer's own threads and memory too (the cgroup gets 192 tasks and 128 MiB more)",
 	"gvisor: a session exec's timeout kills its main process, not what it started (runsc kill --pid); everything dies when the session ends",
 	"gvisor: filesystem denials are not reported",
+	"gvisor: /dev and /dev/shm are the sentry's own writable tmpfs (it ignores the bundle's read-only /dev): what is written there counts against max_memory, not max_scratch",
 	"gvisor: the workload's syscalls are served by gVisor's own kernel (the sentry), which gVisor's host seccomp filter confines; the bundle's seccomp profile is not applied inside it (this runsc answers its errno rules with EPERM, which breaks programs that expect ENOSYS)",
 }
 

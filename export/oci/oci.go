@@ -166,7 +166,10 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 			Resources:     resources(pl.Limits),
 			Seccomp:       sc,
 			MaskedPaths:   pl.MaskedPaths,
-			ReadonlyPaths: pl.ReadonlyPaths,
+			// /dev is the runtime's own tmpfs, outside max_scratch: read-only
+			// once the runtime has made its nodes, as under the namespaces
+			// backend (device nodes stay writable on a read-only mount).
+			ReadonlyPaths: append(slices.Clone(pl.ReadonlyPaths), "/dev"),
 		},
 	}}
 	for _, r := range pl.Rlimits {
@@ -256,14 +259,14 @@ func (b *Bundle) addMounts(ms []plan.Mount, bundleDir, stageDir string, ownRootf
 	spec := b.Spec
 	// /dev: a fresh tmpfs; the plan binds the device nodes into it.
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
-		Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k"}})
+		Options: []string{"nosuid", "noexec", "strictatime", "mode=755", "size=65536k", "nr_inodes=4096"}})
 	for _, m := range ms {
 		switch m.Kind {
 		case plan.KindBind:
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: m.Source, Options: bindOptions(m)})
 		case plan.KindTmpfs:
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "tmpfs", Source: "tmpfs",
-				Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%d", m.Size)}})
+				Options: []string{"nosuid", "nodev", "noexec", "mode=1777", fmt.Sprintf("size=%d", m.Size), fmt.Sprintf("nr_inodes=%d", m.Inodes())}})
 		case plan.KindProc:
 			spec.Mounts = append(spec.Mounts, specs.Mount{Destination: m.Target, Type: "proc", Source: "proc",
 				Options: []string{"nosuid", "nodev", "noexec"}})

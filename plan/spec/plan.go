@@ -82,6 +82,13 @@ func (m Mount) Flags() MountFlags {
 	return MountFlags{ReadOnly: !m.Writable, NoSuid: true, NoDev: !m.Devices, NoExec: !m.Exec, Recursive: m.Recursive}
 }
 
+// Inodes is the inode cap of a KindTmpfs step: one per 4 KiB of its Size,
+// at least 1024. Empty files cost a tmpfs no bytes, so without it only the
+// inodes' kernel memory (about 1 KiB each, which the memory controller need
+// not count) would bound how many the sandbox creates. nsinit
+// (internal/enforce/mount) and export/oci both mount with it.
+func (m Mount) Inodes() int64 { return max(m.Size/4096, 1024) }
+
 // Cloned reports whether the step needs a clone of its host Source: binds,
 // and staged grants, whose clone is the read-only lower layer.
 func (m Mount) Cloned() bool {

@@ -202,7 +202,7 @@ func (b *Builder) Place(m spec.Mount, tree int) error {
 			return err
 		}
 		return unix.Mount("tmpfs", b.Root+m.Target, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC,
-			fmt.Sprintf("size=%d,mode=1777,nr_inodes=%d", m.Size, max(m.Size/4096, 1024)))
+			fmt.Sprintf("size=%d,mode=1777,nr_inodes=%d", m.Size, m.Inodes()))
 	case spec.KindProc:
 		if err := mkdirat(pfd, name); err != nil {
 			return err
