@@ -166,6 +166,13 @@ print("ok")`)
 		if rep.Writes == nil || rep.Writes.Files != 2 || rep.Writes.RefusedTotal != 3 || !strings.Contains(rep.Writes.Refused[0].Reason, "max_write") {
 			t.Fatalf("writes = %+v, want two copies written and three refused for max_write", rep.Writes)
 		}
+		denied := false
+		for _, d := range rep.Denials {
+			denied = denied || d.Op == "write back" && d.Rule == "max_write"
+		}
+		if !denied {
+			t.Errorf("no write-back denial with rule max_write in the report: %+v", rep.Denials)
+		}
 	})
 	t.Run("allocated-past-the-end", func(t *testing.T) {
 		// 4 MiB of data, 10 MiB more allocated past the end: the stage
