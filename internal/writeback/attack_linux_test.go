@@ -242,8 +242,19 @@ func TestWriteBackAsOwner(t *testing.T) {
 	locked := filepath.Join(f.host, "locked")
 	write(t, filepath.Join(locked, "keep"), "root's\n")
 	write(t, filepath.Join(f.host, "replaced"), "root's\n")
+	write(t, filepath.Join(f.host, "opq/old"), "old\n")
 	const owner = 4242
-	if err := os.Chown(f.host, owner, owner); err != nil {
+	for _, rel := range []string{"", "opq", "opq/old"} {
+		if err := os.Chown(filepath.Join(f.host, rel), owner, owner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An opaque folder: the copy back reads the stage's xattrs as the owner too.
+	write(t, f.upper("opq/new"), "new\n")
+	if err := unix.Setxattr(f.upper("opq"), "user.overlay.opaque", []byte("y"), 0); err != nil {
+		t.Skipf("user xattrs unsupported on the test filesystem: %v", err)
+	}
+	if err := os.Chmod(f.upper("opq"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	write(t, f.upper("new.txt"), "new\n")
@@ -259,7 +270,7 @@ func TestWriteBackAsOwner(t *testing.T) {
 	}
 	want := capEff(t)
 	res := f.run(t, nil)
-	for _, rel := range []string{"new.txt", "sub", "sub/f", "replaced"} {
+	for _, rel := range []string{"new.txt", "sub", "sub/f", "replaced", "opq/new"} {
 		var st unix.Stat_t
 		if err := unix.Lstat(filepath.Join(f.host, rel), &st); err != nil {
 			t.Fatalf("%s did not reach the host: %v (%+v)", rel, err, res)
@@ -267,6 +278,9 @@ func TestWriteBackAsOwner(t *testing.T) {
 		if st.Uid != owner || st.Gid != owner {
 			t.Errorf("%s belongs to %d:%d, want the grant's owner %d", rel, st.Uid, st.Gid, owner)
 		}
+	}
+	if _, err := os.Lstat(filepath.Join(f.host, "opq/old")); err == nil || read(t, filepath.Join(f.host, "opq/new")) != "new\n" {
+		t.Errorf("the opaque folder was not copied back as made anew: old %v, new %q", err, read(t, filepath.Join(f.host, "opq/new")))
 	}
 	if _, err := os.Lstat(filepath.Join(locked, "planted")); err == nil {
 		t.Error("the copy back wrote into root's folder inside the grant, where the grant's owner may not")
@@ -396,5 +410,29 @@ func TestWriteBackRenamesOverFolders(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(f.host, "opaque/old")); err == nil {
 		t.Error("opaque/old survived: the folder was made anew inside")
+	}
+}
+
+// TestWriteBackReadOnlyFolders: a read-only folder of the owner's (Go's
+// module cache keeps them so) that the sandbox made writable, or deleted,
+// is written or removed as the owner would: by making it writable first.
+func TestWriteBackReadOnlyFolders(t *testing.T) {
+	airtest.RequireRoot(t) // the whiteout
+	f := newFixture(t)
+	write(t, filepath.Join(f.host, "ro/old"), "old")
+	write(t, filepath.Join(f.host, "gone/inner/file"), "old")
+	for _, rel := range []string{"ro", "gone/inner", "gone"} {
+		if err := os.Chmod(filepath.Join(f.host, rel), 0o555); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, f.upper("ro/new"), "new")
+	whiteout(t, f.upper("gone"))
+	res := f.run(t, nil)
+	if got := read(t, filepath.Join(f.host, "ro/new")); got != "new" || !res.Complete {
+		t.Errorf("ro/new = %q, result %+v", got, res)
+	}
+	if _, err := os.Lstat(filepath.Join(f.host, "gone")); err == nil {
+		t.Errorf("the read-only folder deleted inside is still on the host (%+v)", res)
 	}
 }

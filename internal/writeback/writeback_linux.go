@@ -217,6 +217,11 @@ func (w *writer) subdir(upper, host int, name, path string, st *unix.Stat_t, dep
 		return
 	}
 	defer unix.Close(hsub)
+	if herr == nil && hst.Mode&0o300 != 0o300 && st.Mode&0o300 == 0o300 {
+		// Made writable inside (a read-only folder of the owner's, as Go's
+		// module cache keeps them): so it is first, or nothing goes in.
+		w.setMode(hsub, st.Mode, path)
+	}
 	if w.opaque(upper, name) {
 		// Deleted and made anew inside the sandbox: what the host has and
 		// the stage does not is gone.
@@ -322,6 +327,12 @@ func (w *writer) removeEntry(host int, name, path string) error {
 	sub, err := openDir(host, name)
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
+	}
+	var st unix.Stat_t
+	if unix.Fstat(sub, &st) == nil && st.Mode&0o300 != 0o300 {
+		// A read-only folder of the owner's, deleted inside: the owner
+		// may make it writable to empty it (and nobody else may).
+		_ = unix.Fchmod(sub, st.Mode&0o777|0o300) // when it fails, the removals below say why
 	}
 	names, err := readNames(sub)
 	if err == nil {
