@@ -152,10 +152,12 @@ func buildStage(upper string, prog []byte) {
 		case 0:
 			_ = os.Mkdir(name, os.FileMode(0o700|arg(&i)&0o77))
 		case 1: // a file: data at up to two places of a sparse file
-			fh, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			// Never through a symlink, never blocked on a fifo.
+			fd, err := unix.Open(name, unix.O_CREAT|unix.O_WRONLY|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
 			if err != nil {
 				continue
 			}
+			fh := os.NewFile(uintptr(fd), name)
 			for range 1 + arg(&i)%2 {
 				off, n := int64(arg(&i))<<18, (1+arg(&i))<<8
 				_, _ = fh.WriteAt(bytes.Repeat([]byte{'x'}, n), off)
@@ -177,7 +179,7 @@ func buildStage(upper string, prog []byte) {
 		case 5: // a whiteout: a 0/0 character device
 			_ = unix.Mknod(name, unix.S_IFCHR, 0)
 		case 6:
-			_ = unix.Setxattr(name, "user.overlay.opaque", []byte("y"), 0)
+			_ = unix.Lsetxattr(name, "user.overlay.opaque", []byte("y"), 0)
 		case 7: // into a folder, or back up
 			if fi, err := os.Lstat(name); err == nil && fi.IsDir() {
 				cwd = name
@@ -192,12 +194,13 @@ func buildStage(upper string, prog []byte) {
 				unix.Close(fd)
 			}
 		case 10:
-			_ = os.Chmod(name, os.ModeSetuid|os.ModeSetgid|os.ModeSticky|0o755)
-			_ = unix.Chmod(name, 0o7755)
+			if fi, err := os.Lstat(name); err == nil && fi.Mode()&os.ModeSymlink == 0 {
+				_ = unix.Chmod(name, 0o7755)
+			}
 		case 11:
 			_ = unix.Mknod(name, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
 		case 12:
-			_ = unix.Setxattr(name, "user.overlay.redirect", []byte("/elsewhere"), 0)
+			_ = unix.Lsetxattr(name, "user.overlay.redirect", []byte("/elsewhere"), 0)
 		}
 	}
 }
