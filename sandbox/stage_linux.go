@@ -151,9 +151,10 @@ func (st *staging) writeBack(b *box) *writeback.Result {
 			pins = append(pins, pin)
 		}
 	}
-	res := writeback.WriteBack(writeback.Config{
-		StageFD: stageFD,
-		Grants:  st.grants,
+	res, rules := writeback.WriteBack(writeback.Config{
+		StageFD:  stageFD,
+		MaxBytes: p.Budget().Write,
+		Grants:   st.grants,
 		Refuse: func(path string) string {
 			inside := p.Inside(path)
 			if why := view.WriteBackRefusal(inside); why != "" {
@@ -168,10 +169,10 @@ func (st *staging) writeBack(b *box) *writeback.Result {
 		},
 		Pinned: pins,
 	})
-	for _, e := range res.Refused {
+	for i, e := range res.Refused {
 		// The operator may unprotect a path (fs_unprotect), never the
 		// sandbox: the suggestion is theirs, and never fs_write.
-		b.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerFS, Op: "write back", Target: e.Path, Rule: "fs_protect",
+		b.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerFS, Op: "write back", Target: e.Path, Rule: rules[i],
 			Message: "kept off the host: " + e.Reason, Suggestion: p.SuggestWriteBack(e.Path).String()})
 	}
 	for _, e := range res.Failed {

@@ -1,12 +1,14 @@
 package writeback
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,14 +33,50 @@ func isWhiteout(st *unix.Stat_t) bool {
 	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
 }
 
-func isOpaque(dir int, name string) bool {
-	v, ok := xattr(dir, name, "user.overlay.opaque")
+// opaque reports whether staged folder dir/name is opaque: deleted and
+// made anew inside the sandbox.
+func (w *writer) opaque(dir int, name string) bool {
+	v, ok := w.xattr(dir, name, "user.overlay.opaque")
 	return ok && v == "y"
 }
 
-func hasXattr(dir int, name, attr string) bool {
-	_, ok := xattr(dir, name, attr)
+func (w *writer) hasXattr(dir int, name, attr string) bool {
+	_, ok := w.xattr(dir, name, attr)
 	return ok
+}
+
+// The lookups on the stage: with CAP_DAC_READ_SEARCH raised, since the
+// sandbox chose the modes there (owner_linux.go).
+
+func (w *writer) xattr(dir int, name, attr string) (string, bool) {
+	w.c.raise()
+	defer w.c.lower()
+	return xattr(dir, name, attr)
+}
+
+func (w *writer) statStage(dir int, name string, st *unix.Stat_t) error {
+	w.c.raise()
+	defer w.c.lower()
+	return unix.Fstatat(dir, name, st, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func (w *writer) openStageDir(dir int, name string) (int, error) {
+	w.c.raise()
+	defer w.c.lower()
+	return openDir(dir, name)
+}
+
+// openStage opens staged file dir/name for reading, beneath dir.
+func (w *writer) openStage(dir int, name string) (int, error) {
+	w.c.raise()
+	defer w.c.lower()
+	return unix.Openat2(dir, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC, Resolve: beneath})
+}
+
+func (w *writer) readlinkStage(dir int, name string) (string, error) {
+	w.c.raise()
+	defer w.c.lower()
+	return readlinkat(dir, name)
 }
 
 // xattr reads attr of dir/name without following a symlink.
@@ -93,14 +131,14 @@ func readlinkat(dir int, name string) (string, error) {
 // renamed into place.
 func tempName(name string) string {
 	var b [6]byte
-	f, err := os.Open("/dev/urandom")
-	if err == nil {
-		_, _ = io.ReadFull(f, b[:]) // a short read leaves zeros: O_EXCL still refuses a clash
-		f.Close()
-	}
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand); O_EXCL refuses a clash anyway
 	base := name
 	if len(base) > 200 {
-		base = base[:200]
+		cut := 200
+		for cut > 0 && !utf8.RuneStart(base[cut]) {
+			cut-- // do not split a UTF-8 sequence
+		}
+		base = base[:cut]
 	}
 	return ".airlock-" + strconv.FormatUint(uint64(b[0])|uint64(b[1])<<8|uint64(b[2])<<16|uint64(b[3])<<24|uint64(b[4])<<32|uint64(b[5])<<40, 36) + "-" + base
 }
@@ -119,24 +157,6 @@ func createTemp(host int, name string, mode uint32) (string, int, error) {
 		return tmp, fd, nil
 	}
 	return "", -1, errors.New("create: no free temporary name")
-}
-
-// copyFD copies src to dst from their current offsets to src's end.
-func copyFD(dst, src int) (int64, error) {
-	// The Files close dups: the fds themselves belong to the callers.
-	din, err := unix.Dup(src)
-	if err != nil {
-		return 0, err
-	}
-	dout, err := unix.Dup(dst)
-	if err != nil {
-		unix.Close(din)
-		return 0, err
-	}
-	fin, fout := os.NewFile(uintptr(din), "src"), os.NewFile(uintptr(dout), "dst")
-	defer fin.Close()
-	defer fout.Close()
-	return io.Copy(fout, fin)
 }
 
 // sameContent reports whether two files of the given sizes hold the same

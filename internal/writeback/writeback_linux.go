@@ -3,7 +3,6 @@ package writeback
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,23 +58,47 @@ func Moved(g Grant) bool {
 	return a.Dev != b.Dev || a.Ino != b.Ino
 }
 
-// WriteBack copies the stage to the host. It must run once the sandbox has
-// stopped writing (every process of it is dead).
-func WriteBack(cfg Config) Result {
-	w := &writer{cfg: cfg, res: result{Result{Complete: true}}, max: cfg.MaxListed}
+// WriteBack copies the stage to the host and returns what it did, with
+// the rule (RuleProtect, RuleMaxWrite) behind each entry of
+// Result.Refused. It must run once the sandbox has stopped writing (every
+// process of it is dead). Each grant is copied on a thread of its own
+// acting as the grant's owner (owner_linux.go).
+func WriteBack(cfg Config) (Result, []string) {
+	w := &writer{cfg: cfg, res: result{Result: Result{Complete: true}}, max: cfg.MaxListed, c: &creds{}}
 	if w.max <= 0 {
 		w.max = 50
 	}
 	for _, g := range cfg.Grants {
-		w.grant(g)
+		var st unix.Stat_t
+		if err := unix.Fstat(g.HostFD, &st); err != nil {
+			w.res.fail(w.max, g.Host, fmt.Errorf("stat the grant: %w", err))
+			continue
+		}
+		err := asOwner(owner{UID: st.Uid, GID: st.Gid}, func(c *creds) {
+			w.c = c
+			w.grant(g)
+		})
+		if err != nil {
+			w.res.fail(w.max, g.Host, err)
+		}
 	}
-	return w.res.Result
+	return w.res.Result, w.res.rules
 }
 
 type writer struct {
 	cfg Config
 	res result
 	max int
+	// c raises the stage-reading capability around lookups on the stage
+	// (owner_linux.go).
+	c *creds
+	// used is the bytes the copy back has put on the host's disk so far,
+	// against cfg.MaxBytes (budget_linux.go).
+	used int64
+	// bsize is the block size of the current grant's file system, and
+	// holes whether it keeps holes.
+	bsize int64
+	holes bool
 }
 
 func (w *writer) refused(path string) string {
@@ -86,11 +109,12 @@ func (w *writer) refused(path string) string {
 }
 
 func (w *writer) grant(g Grant) {
+	w.measure(g.HostFD)
 	if g.File {
 		w.file(g)
 		return
 	}
-	upper, err := openDir(w.cfg.StageFD, g.Stage+"/upper")
+	upper, err := w.openStageDir(w.cfg.StageFD, g.Stage+"/upper")
 	if err != nil {
 		w.res.fail(w.max, g.Host, fmt.Errorf("open the staged writes: %w", err))
 		return
@@ -103,53 +127,6 @@ func (w *writer) grant(g Grant) {
 	}
 	defer unix.Close(host)
 	w.dir(upper, host, g.Host, 0)
-}
-
-// file writes back a single-file grant in place: the file is the grant, so
-// it keeps its inode (the parent folder is not granted, and nothing is
-// created there).
-func (w *writer) file(g Grant) {
-	src, err := unix.Openat(w.cfg.StageFD, g.Stage+"/file", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		w.res.fail(w.max, g.Host, fmt.Errorf("open the staged copy: %w", err))
-		return
-	}
-	defer unix.Close(src)
-	var st unix.Stat_t
-	if err := unix.Fstat(src, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		w.res.fail(w.max, g.Host, errors.New("the staged copy is not a regular file"))
-		return
-	}
-	if reason := w.refused(g.Host); reason != "" {
-		w.res.refuse(w.max, g.Host, reason)
-		return
-	}
-	dst, err := unix.Open("/proc/self/fd/"+strconv.Itoa(g.HostFD), unix.O_WRONLY|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		w.res.fail(w.max, g.Host, fmt.Errorf("open the grant for writing: %w", err))
-		return
-	}
-	defer unix.Close(dst)
-	var dst0 unix.Stat_t
-	if err := unix.Fstat(dst, &dst0); err != nil || dst0.Mode&unix.S_IFMT != unix.S_IFREG {
-		w.res.fail(w.max, g.Host, errors.New("the granted file is no longer a regular file"))
-		return
-	}
-	if same, err := sameContent(src, dst, st.Size, dst0.Size); err == nil && same {
-		return // unchanged
-	}
-	if err := unix.Ftruncate(dst, 0); err != nil {
-		w.res.fail(w.max, g.Host, fmt.Errorf("truncate: %w", err))
-		return
-	}
-	n, err := copyFD(dst, src)
-	w.res.Bytes += n
-	if err != nil {
-		w.res.fail(w.max, g.Host, fmt.Errorf("write (the file may be incomplete): %w", err))
-		return
-	}
-	w.res.Files++
-	w.setMode(dst, st.Mode, g.Host)
 }
 
 // dir copies the upper folder upper onto the host folder host (path is
@@ -165,21 +142,24 @@ func (w *writer) dir(upper, host int, path string, depth int) {
 		return
 	}
 	gitDir := isGitDir(upper, host, names)
+	grown := blocks(host)
 	for _, name := range names {
 		child := path + "/" + name
 		var st unix.Stat_t
-		if err := unix.Fstatat(upper, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := w.statStage(upper, name, &st); err != nil {
 			w.res.fail(w.max, child, fmt.Errorf("stat staged entry: %w", err))
 			continue
 		}
 		typ := st.Mode & unix.S_IFMT
 		reason := w.refused(child)
 		switch {
+		case reason == "" && !isWhiteout(&st) && !printable(name):
+			reason = "its name " + unprintable
 		case reason == "" && gitDir && gitDirNames[strings.ToLower(name)]:
 			reason = "git configuration or hooks (in a folder git treats as a repository): git would run what is planted there"
 		case reason == "" && typ != unix.S_IFDIR && policy.GitdirPointer(name) && !isWhiteout(&st):
 			reason = "a .git file or symlink: it would point git at another folder, possibly with planted hooks"
-		case reason == "" && pinned(w.cfg.Pinned, child) && (typ != unix.S_IFDIR || isOpaque(upper, name)):
+		case reason == "" && pinned(w.cfg.Pinned, child) && (typ != unix.S_IFDIR || w.opaque(upper, name)):
 			reason = "another grant lies at or beneath it: it stays as it is"
 		}
 		if reason != "" {
@@ -198,11 +178,13 @@ func (w *writer) dir(upper, host int, path string, depth int) {
 		default:
 			w.res.refuse(w.max, child, "not a regular file, folder or symlink (a device, fifo or socket)")
 		}
+		// A new name may grow the host folder by a block: it is charged too.
+		grown = w.chargeGrowth(host, grown)
 	}
 }
 
 func (w *writer) subdir(upper, host int, name, path string, st *unix.Stat_t, depth int) {
-	if hasXattr(upper, name, "user.overlay.redirect") {
+	if w.hasXattr(upper, name, "user.overlay.redirect") {
 		w.res.fail(w.max, path, errors.New("a renamed folder that overlayfs redirected: not supported, nothing of it was copied"))
 		return
 	}
@@ -216,16 +198,14 @@ func (w *writer) subdir(upper, host int, name, path string, st *unix.Stat_t, dep
 		herr = unix.ENOENT
 	}
 	if errors.Is(herr, unix.ENOENT) {
-		if err := unix.Mkdirat(host, name, 0o700); err != nil {
-			w.res.fail(w.max, path, fmt.Errorf("mkdir: %w", err))
+		if !w.mkdir(host, name, path) {
 			return
 		}
-		w.res.Dirs++
 	} else if herr != nil {
 		w.res.fail(w.max, path, fmt.Errorf("stat: %w", herr))
 		return
 	}
-	sub, err := openDir(upper, name)
+	sub, err := w.openStageDir(upper, name)
 	if err != nil {
 		w.res.fail(w.max, path, fmt.Errorf("open staged folder: %w", err))
 		return
@@ -237,13 +217,44 @@ func (w *writer) subdir(upper, host int, name, path string, st *unix.Stat_t, dep
 		return
 	}
 	defer unix.Close(hsub)
-	if isOpaque(upper, name) {
+	if herr == nil && hst.Mode&0o300 != 0o300 && st.Mode&0o300 == 0o300 {
+		// Made writable inside (a read-only folder of the owner's, as Go's
+		// module cache keeps them): so it is first, or nothing goes in.
+		w.setMode(hsub, st.Mode, path)
+	}
+	if w.opaque(upper, name) {
 		// Deleted and made anew inside the sandbox: what the host has and
 		// the stage does not is gone.
 		w.clearExcept(sub, hsub, path)
 	}
 	w.dir(sub, hsub, path, depth+1)
 	w.setMode(hsub, st.Mode, path)
+}
+
+// mkdir creates host folder name, charged for the blocks it takes, and
+// reports whether it did.
+func (w *writer) mkdir(host int, name, path string) bool {
+	if !w.fits(0) {
+		w.overBudget(path, 0)
+		return false
+	}
+	if err := unix.Mkdirat(host, name, 0o700); err != nil {
+		w.res.fail(w.max, path, fmt.Errorf("mkdir: %w", err))
+		return false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(host, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || !w.fits(st.Blocks*512) {
+		_ = unix.Unlinkat(host, name, unix.AT_REMOVEDIR) // just made, empty: undoing it is best effort
+		if err != nil {
+			w.res.fail(w.max, path, fmt.Errorf("stat the new folder: %w", err))
+		} else {
+			w.overBudget(path, st.Blocks*512)
+		}
+		return false
+	}
+	w.charge(st.Blocks * 512)
+	w.res.Dirs++
+	return true
 }
 
 // clearExcept removes the entries of host folder hsub that the staged
@@ -265,63 +276,6 @@ func (w *writer) clearExcept(sub, hsub int, path string) {
 		}
 		w.remove(hsub, n, path+"/"+n)
 	}
-}
-
-func (w *writer) regular(upper, host int, name, path string, st *unix.Stat_t) {
-	if hasXattr(upper, name, "user.overlay.metacopy") {
-		w.res.fail(w.max, path, errors.New("a metadata-only copy up: not supported, the file was not copied"))
-		return
-	}
-	src, err := unix.Openat(upper, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		w.res.fail(w.max, path, fmt.Errorf("open staged file: %w", err))
-		return
-	}
-	defer unix.Close(src)
-	tmp, fd, err := createTemp(host, name, 0o600)
-	if err != nil {
-		w.res.fail(w.max, path, err)
-		return
-	}
-	n, err := copyFD(fd, src)
-	w.res.Bytes += n
-	if err == nil {
-		w.keepOwner(host, name, fd)
-		w.setMode(fd, st.Mode, path)
-		ts := []unix.Timespec{unix.NsecToTimespec(unix.TimespecToNsec(st.Atim)), unix.NsecToTimespec(unix.TimespecToNsec(st.Mtim))}
-		_ = unix.UtimesNanoAt(fd, "", ts, unix.AT_EMPTY_PATH) // times are a courtesy, not a guarantee
-	}
-	if cerr := unix.Close(fd); err == nil && cerr != nil {
-		err = cerr
-	}
-	if err == nil {
-		err = w.replace(host, tmp, name, path)
-	}
-	if err != nil {
-		_ = unix.Unlinkat(host, tmp, 0) // best effort: the temporary name is airlock's
-		w.res.fail(w.max, path, fmt.Errorf("write: %w", err))
-		return
-	}
-	w.res.Files++
-}
-
-func (w *writer) symlink(upper, host int, name, path string) {
-	target, err := readlinkat(upper, name)
-	if err != nil {
-		w.res.fail(w.max, path, fmt.Errorf("read staged symlink: %w", err))
-		return
-	}
-	tmp := tempName(name)
-	if err := unix.Symlinkat(target, host, tmp); err != nil {
-		w.res.fail(w.max, path, fmt.Errorf("symlink: %w", err))
-		return
-	}
-	if err := w.replace(host, tmp, name, path); err != nil {
-		_ = unix.Unlinkat(host, tmp, 0) // best effort: the temporary name is airlock's
-		w.res.fail(w.max, path, err)
-		return
-	}
-	w.res.Symlinks++
 }
 
 // replace renames tmp over name in host. A folder in the way is removed
@@ -374,6 +328,12 @@ func (w *writer) removeEntry(host int, name, path string) error {
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
+	var st unix.Stat_t
+	if unix.Fstat(sub, &st) == nil && st.Mode&0o300 != 0o300 {
+		// A read-only folder of the owner's, deleted inside: the owner
+		// may make it writable to empty it (and nobody else may).
+		_ = unix.Fchmod(sub, st.Mode&0o777|0o300) // when it fails, the removals below say why
+	}
 	names, err := readNames(sub)
 	if err == nil {
 		for _, n := range names {
@@ -405,10 +365,15 @@ func (w *writer) removeEntry(host int, name, path string) error {
 }
 
 // setMode applies the staged permission bits without setuid, setgid and
-// sticky.
+// sticky, when they differ from fd's: a folder of another user that the
+// sandbox did not change is left alone (its owner alone may chmod it).
 func (w *writer) setMode(fd int, mode uint32, path string) {
 	if mode&(unix.S_ISUID|unix.S_ISGID|unix.S_ISVTX) != 0 {
 		w.res.ModesDropped++
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&0o7777 == mode&0o777 {
+		return
 	}
 	// fchmod needs a real fd; O_PATH fds are refused with EBADF.
 	if err := unix.Fchmod(fd, mode&0o777); err != nil {
@@ -416,20 +381,4 @@ func (w *writer) setMode(fd int, mode uint32, path string) {
 			w.res.fail(w.max, path, fmt.Errorf("chmod: %w", err))
 		}
 	}
-}
-
-// keepOwner gives the new file fd the owner of the entry it replaces, when
-// the supervisor may (root): a file of the user stays the user's.
-func (w *writer) keepOwner(host int, name string, fd int) {
-	if os.Geteuid() != 0 {
-		return
-	}
-	var old unix.Stat_t
-	if unix.Fstatat(host, name, &old, unix.AT_SYMLINK_NOFOLLOW) != nil {
-		// New: owned like the folder it is in.
-		if unix.Fstat(host, &old) != nil {
-			return
-		}
-	}
-	_ = unix.Fchown(fd, int(old.Uid), int(old.Gid)) // keeping the owner is a courtesy; root's file is still safe
 }

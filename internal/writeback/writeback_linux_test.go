@@ -66,7 +66,8 @@ func (f fixture) run(t *testing.T, refuse func(string) string, pins ...string) w
 		t.Fatal(err)
 	}
 	defer unix.Close(hfd)
-	return writeback.WriteBack(writeback.Config{StageFD: sfd, Grants: []writeback.Grant{{Host: f.host, Stage: "0", HostFD: hfd}}, Refuse: refuse, Pinned: pins})
+	res, _ := writeback.WriteBack(writeback.Config{StageFD: sfd, Grants: []writeback.Grant{{Host: f.host, Stage: "0", HostFD: hfd}}, Refuse: refuse, Pinned: pins, MaxBytes: 1 << 30})
+	return res
 }
 
 func read(t *testing.T, p string) string {
@@ -246,7 +247,7 @@ func TestWriteBackFileGrantAndMoved(t *testing.T) {
 	if writeback.Moved(g) {
 		t.Fatal("Moved = true before anything moved")
 	}
-	res := writeback.WriteBack(writeback.Config{StageFD: sfd, Grants: []writeback.Grant{g}})
+	res, _ := writeback.WriteBack(writeback.Config{StageFD: sfd, Grants: []writeback.Grant{g}, MaxBytes: 1 << 30})
 	if got := read(t, host); got != "edited\n" || res.Files != 1 {
 		t.Fatalf("host file = %q, result %+v", got, res)
 	}
