@@ -1,7 +1,9 @@
 package guard
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -45,14 +47,43 @@ func (g *Guard) Read(path string) ([]byte, error) {
 	return data, nil
 }
 
+// ReadTo is Read that copies the file to w as it reads it, in chunks of at
+// most 32 KiB, instead of returning it: memory stays small whatever the
+// file's size. Each chunk counts against max_output_bytes before it is
+// written to w. It returns the bytes written to w; an error of w ends the
+// copy and is returned, wrapped.
+func (g *Guard) ReadTo(path string, w io.Writer) (int64, error) {
+	var n int64
+	err := g.fsOp("read", policy.FSRead, path, func(root heldRoot, rel string) error {
+		var err error
+		n, err = g.copyAt(root, rel, w)
+		return err
+	})
+	return n, err
+}
+
 // Write creates or truncates a regular file inside fs_write and writes data
 // to it with mode 0644 (before umask). Missing parent directories beneath the
 // grant root are created with mode 0755. It never writes through a symlink
 // and refuses files with more than one hard link.
 func (g *Guard) Write(path string, data []byte) error {
-	return g.fsOp("write", policy.FSWrite, path, func(root heldRoot, rel string) error {
-		return writeAt(root, rel, data)
+	_, err := g.WriteFrom(path, bytes.NewReader(data))
+	return err
+}
+
+// WriteFrom is Write with the content read from r to its end, in chunks of
+// at most 32 KiB. The file is checked and truncated before r is read, so
+// an error of r (returned, wrapped) leaves it holding what was read so
+// far: give r a complete local copy (a spooled upload), not a network
+// stream. It returns the bytes written.
+func (g *Guard) WriteFrom(path string, r io.Reader) (int64, error) {
+	var n int64
+	err := g.fsOp("write", policy.FSWrite, path, func(root heldRoot, rel string) error {
+		var err error
+		n, err = writeAt(root, rel, r)
+		return err
 	})
+	return n, err
 }
 
 // List returns the entries of a directory inside fs_read or fs_write,
