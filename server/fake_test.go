@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,6 +114,7 @@ type env struct {
 	t     *testing.T
 	srv   *server.Server
 	ts    *httptest.Server
+	reads *readCounter // counts the bytes the server read from each connection
 	clock *airtest.FakeClock
 
 	mu    sync.Mutex
@@ -173,7 +175,10 @@ func newEnvNoCeiling(t *testing.T, cfg server.Config) *env {
 		t.Fatalf("server.New: %v", err)
 	}
 	e.srv = srv
-	e.ts = httptest.NewServer(srv)
+	e.ts = httptest.NewUnstartedServer(srv)
+	e.reads = &readCounter{Listener: e.ts.Listener, by: map[string]*atomic.Int64{}}
+	e.ts.Listener = e.reads
+	e.ts.Start()
 	t.Cleanup(func() {
 		e.ts.Close()
 		if err := srv.Shutdown(context.Background()); err != nil {
