@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -40,13 +41,13 @@ func TestAttackSlowUploads(t *testing.T) {
 	id := e.create(tokA, wsPolicy(ws))
 	idB := e.create(tokB, wsPolicy(t.TempDir()))
 
-	before := liveHeap()
-	var ups []*stuck
+	before := airtest.LiveHeap()
+	var ups []*airtest.Stalled
 	for i := range n {
-		ups = append(ups, e.startStuck("PUT", fmt.Sprintf("/v1/sessions/%s/files/up-%d", id, i), tokA, size, zeroReader{}, sent, nil))
+		ups = append(ups, e.startStuck("PUT", fmt.Sprintf("/v1/sessions/%s/files/up-%d", id, i), tokA, size, airtest.Zeros{}, sent, nil))
 	}
-	e.waitTaken(ups)
-	grew := liveHeap() - before
+	airtest.WaitTaken(t, e.reads, ups)
+	grew := airtest.LiveHeap() - before
 	bound := int64(server.DefaultMaxTransfers*perUpload + n*perConn + slack)
 	t.Logf("live heap grew by %.1f MiB (bound %d MiB) with %d uploads stalled after %d MiB", float64(grew)/mib, bound/mib, n, sent/mib)
 	if grew > bound {
@@ -61,7 +62,7 @@ func TestAttackSlowUploads(t *testing.T) {
 	}
 	refused := 0
 	for _, up := range ups {
-		if up.answered() {
+		if up.Answered() {
 			refused++
 			wantErrorBody(t, up, 429, "quota_exceeded")
 		}
@@ -70,8 +71,8 @@ func TestAttackSlowUploads(t *testing.T) {
 		t.Errorf("none of %d stalled uploads of one token was refused: uploads in flight are not bounded", n)
 	}
 	for _, up := range ups {
-		close(up.release)
-		<-up.done
+		close(up.Release)
+		<-up.Done
 	}
 	ents, err := os.ReadDir(ws)
 	if err != nil {
@@ -83,11 +84,11 @@ func TestAttackSlowUploads(t *testing.T) {
 }
 
 // wantErrorBody checks a stalled request's answer.
-func wantErrorBody(t *testing.T, s *stuck, status int, code string) {
+func wantErrorBody(t *testing.T, s *airtest.Stalled, status int, code string) {
 	t.Helper()
 	var ae api.ErrorBody
-	if s.status != status || json.Unmarshal(s.body, &ae) != nil || ae.Error == nil || ae.Error.Code != code || ae.Error.Message == "" {
-		t.Errorf("stalled request answered %d %q (err %v), want %d %s with a message", s.status, s.body, s.err, status, code)
+	if s.Status != status || json.Unmarshal(s.Body, &ae) != nil || ae.Error == nil || ae.Error.Code != code || ae.Error.Message == "" {
+		t.Errorf("stalled request answered %d %q (err %v), want %d %s with a message", s.Status, s.Body, s.Err, status, code)
 	}
 }
 
@@ -100,16 +101,16 @@ func TestAttackHugeUpload(t *testing.T) {
 	e := newEnv(t, server.Config{MaxUpload: limit})
 	id := e.create(tokA, wsPolicy(ws))
 
-	before := liveHeap()
-	up := e.startStuck("PUT", "/v1/sessions/"+id+"/files/huge", tokA, -1, zeroReader{}, limit-mib, io.LimitReader(zeroReader{}, 1<<30))
-	e.waitTaken([]*stuck{up})
-	grew, bound := liveHeap()-before, int64(perUpload+perConn+slack)
+	before := airtest.LiveHeap()
+	up := e.startStuck("PUT", "/v1/sessions/"+id+"/files/huge", tokA, -1, airtest.Zeros{}, limit-mib, io.LimitReader(airtest.Zeros{}, 1<<30))
+	airtest.WaitTaken(t, e.reads, []*airtest.Stalled{up})
+	grew, bound := airtest.LiveHeap()-before, int64(perUpload+perConn+slack)
 	t.Logf("live heap grew by %.1f MiB (bound %d MiB) with an upload stalled after %d MiB", float64(grew)/mib, bound/mib, (limit-mib)/mib)
 	if grew > bound {
 		t.Errorf("the server's heap grew by %d MiB with an upload stalled after %d MiB, want at most %d MiB", grew/mib, (limit-mib)/mib, bound/mib)
 	}
-	close(up.release)
-	<-up.done
+	close(up.Release)
+	<-up.Done
 	wantErrorBody(t, up, 413, "body_too_large")
 	if _, err := os.Stat(filepath.Join(ws, "huge")); !os.IsNotExist(err) {
 		t.Errorf("the refused upload left a file: stat = %v", err)
@@ -132,7 +133,7 @@ func TestAttackHugeDownload(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	id := e.create(tokA, wsPolicy(ws)+"budget:\n  max_output_bytes: 1GiB\n")
 
-	before := liveHeap()
+	before := airtest.LiveHeap()
 	req, err := http.NewRequest("GET", e.ts.URL+"/v1/sessions/"+id+"/files/big", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestAttackHugeDownload(t *testing.T) {
 	if _, err := io.CopyN(io.Discard, resp.Body, mib); err != nil {
 		t.Fatal(err)
 	}
-	grew, bound := liveHeap()-before, int64(perUpload+perConn+slack)
+	grew, bound := airtest.LiveHeap()-before, int64(perUpload+perConn+slack)
 	t.Logf("live heap grew by %.1f MiB (bound %d MiB) while a client downloads %d MiB slowly", float64(grew)/mib, bound/mib, size/mib)
 	if grew > bound {
 		t.Errorf("the server's heap grew by %d MiB while a client downloads a %d MiB file slowly, want at most %d MiB: downloads are read into memory", grew/mib, size/mib, bound/mib)
@@ -169,22 +170,22 @@ func TestAttackSlowJSONBodies(t *testing.T) {
 	e := newEnv(t, server.Config{})
 	id := e.create(tokA, wsPolicy(t.TempDir()))
 
-	before := liveHeap()
-	var reqs []*stuck
+	before := airtest.LiveHeap()
+	var reqs []*airtest.Stalled
 	for range n {
 		// Valid JSON so far: an exec whose stdin is still arriving.
-		first := io.MultiReader(strings.NewReader(`{"args":["sh"],"stdin":"`), letterReader{})
+		first := io.MultiReader(strings.NewReader(`{"args":["sh"],"stdin":"`), airtest.Letters{})
 		reqs = append(reqs, e.startStuck("POST", "/v1/sessions/"+id+"/exec", tokA, size, first, sent, nil))
 	}
-	e.waitTaken(reqs)
-	grew, bound := liveHeap()-before, int64(server.DefaultMaxTransfers*perJSONBody+n*perConn+slack)
+	airtest.WaitTaken(t, e.reads, reqs)
+	grew, bound := airtest.LiveHeap()-before, int64(server.DefaultMaxTransfers*perJSONBody+n*perConn+slack)
 	t.Logf("live heap grew by %.1f MiB (bound %d MiB) with %d exec bodies stalled", float64(grew)/mib, bound/mib, n)
 	if grew > bound {
 		t.Errorf("the server's heap grew by %d MiB with %d exec bodies stalled after %d KiB each, want at most %d MiB", grew/mib, n, sent>>10, bound/mib)
 	}
 	refused := 0
 	for _, r := range reqs {
-		if r.answered() {
+		if r.Answered() {
 			refused++
 			wantErrorBody(t, r, 429, "quota_exceeded")
 		}

@@ -12,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,7 +113,7 @@ type env struct {
 	t     *testing.T
 	srv   *server.Server
 	ts    *httptest.Server
-	reads *readCounter // counts the bytes the server read from each connection
+	reads *airtest.ReadCounter // counts the bytes the server read from each connection
 	clock *airtest.FakeClock
 
 	mu    sync.Mutex
@@ -176,7 +175,7 @@ func newEnvNoCeiling(t *testing.T, cfg server.Config) *env {
 	}
 	e.srv = srv
 	e.ts = httptest.NewUnstartedServer(srv)
-	e.reads = &readCounter{Listener: e.ts.Listener, by: map[string]*atomic.Int64{}}
+	e.reads = airtest.CountReads(e.ts.Listener)
 	e.ts.Listener = e.reads
 	e.ts.Start()
 	t.Cleanup(func() {
