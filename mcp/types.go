@@ -71,10 +71,11 @@ type ListFilesInput struct {
 
 // FileEntry is one directory entry. Symlinks are listed as themselves.
 type FileEntry struct {
-	Name string `json:"name"`
-	Dir  bool   `json:"dir,omitempty"`
-	Size int64  `json:"size"`
-	Mode string `json:"mode" jsonschema:"type and permission bits, e.g. -rw-r--r--"`
+	Name    string `json:"name"`
+	Dir     bool   `json:"dir,omitempty"`
+	Size    int64  `json:"size"`
+	Mode    string `json:"mode" jsonschema:"type and permission bits, e.g. -rw-r--r--"`
+	Escaped bool   `json:"escaped,omitempty" jsonschema:"the name has characters that are not printable UTF-8 and is shown escaped (\\x1b, \\u202e, \\xff); the file tools cannot name it"`
 }
 
 // ListFilesOutput is the result of list_files.
