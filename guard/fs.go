@@ -89,16 +89,26 @@ func (g *Guard) WriteFrom(path string, r io.Reader) (int64, error) {
 // List returns the entries of a directory inside fs_read or fs_write,
 // sorted by name. The entry names count against max_output_bytes.
 func (g *Guard) List(dir string) ([]Entry, error) {
+	entries, _, err := g.ListN(dir, 0)
+	return entries, err
+}
+
+// ListN is List of at most max entries (all when max <= 0): the first max
+// the directory gives, sorted by name, and whether any were left out. The
+// memory it takes is bounded by max, however many entries the sandbox
+// made; only the names returned count against max_output_bytes.
+func (g *Guard) ListN(dir string, max int) ([]Entry, bool, error) {
 	var entries []Entry
+	var more bool
 	err := g.fsOp("list", policy.FSRead, dir, func(root heldRoot, rel string) error {
 		var err error
-		entries, err = g.listAt(root, rel)
+		entries, more, err = g.listAt(root, rel, max)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return entries, nil
+	return entries, more, nil
 }
 
 // Remove deletes a file, a symlink (not its target) or an empty directory

@@ -490,21 +490,22 @@ func removeAt(root heldRoot, rel string) error {
 	return err
 }
 
-// listAt lists root/rel. O_DIRECTORY makes the open fail before a device or
-// fifo could be opened.
-func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) {
+// listAt lists root/rel: at most max entries when max > 0, in the order
+// the directory gives them (then sorted), with more telling whether any
+// were left out. O_DIRECTORY makes the open fail before a device or fifo
+// could be opened.
+func (g *Guard) listAt(root heldRoot, rel string, max int) (entries []Entry, more bool, err error) {
 	if root.file {
-		return nil, unix.ENOTDIR
+		return nil, false, unix.ENOTDIR
 	}
 	fd, err := openBeneath(root.fd, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer unix.Close(fd)
 	var (
-		entries []Entry
-		names   []string
-		buf     = make([]byte, 8<<10)
+		names []string
+		buf   = make([]byte, 8<<10)
 	)
 	for {
 		n, err := unix.ReadDirent(fd, buf)
@@ -512,18 +513,21 @@ func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("getdents: %w", err)
+			return nil, false, fmt.Errorf("getdents: %w", err)
 		}
 		if n <= 0 {
 			break
 		}
 		_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
+		if max > 0 && len(entries)+len(names) > max {
+			names, more = names[:max-len(entries)], true
+		}
 		var size int64
 		for _, name := range names {
 			size += int64(len(name))
 		}
 		if _, err := g.meter.ChargeOutput(size); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for _, name := range names {
 			var st unix.Stat_t
@@ -531,14 +535,17 @@ func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) {
 				if err == unix.ENOENT {
 					continue // removed since getdents
 				}
-				return nil, fmt.Errorf("lstat %s: %w", name, err)
+				return nil, false, fmt.Errorf("lstat %s: %w", name, err)
 			}
 			m := fileMode(st.Mode)
 			entries = append(entries, Entry{Name: name, Dir: m.IsDir(), Size: st.Size, Mode: m})
 		}
+		if more {
+			break
+		}
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
-	return entries, nil
+	return entries, more, nil
 }
 
 // splitRel splits a root-relative path into its parent ("." at the root)

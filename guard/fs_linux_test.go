@@ -3,10 +3,12 @@ package guard_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -480,5 +482,32 @@ func TestReadToWriteFrom(t *testing.T) {
 	requireExhausted(t, "ReadTo of 1.6 MB with max_output_bytes 1 MiB", err, budget.MaxOutputBytes)
 	if out.Len() != 0 {
 		t.Errorf("ReadTo past max_output_bytes wrote %d bytes, want none", out.Len())
+	}
+}
+
+// TestListN: a listing holds at most max entries, says whether any were
+// left out, and charges only the names it returns.
+func TestListN(t *testing.T) {
+	dir := t.TempDir()
+	const n = 2500 // several getdents batches
+	for i := range n {
+		mustDo(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", i)), nil, 0o644))
+	}
+	g := newGuard(t, policy.Spec{FSRead: []string{dir}}, guard.Config{})
+	for _, tt := range []struct {
+		max, want int
+		more      bool
+	}{{10, 10, true}, {n - 1, n - 1, true}, {n, n, false}, {n + 1, n, false}, {0, n, false}} {
+		_, before := g.Meter().Usage()
+		got, more, err := g.ListN(dir, tt.max)
+		if err != nil || len(got) != tt.want || more != tt.more {
+			t.Errorf("ListN(%d) = %d entries, more %v, %v; want %d, %v", tt.max, len(got), more, err, tt.want, tt.more)
+		}
+		if !slices.IsSortedFunc(got, func(a, b guard.Entry) int { return strings.Compare(a.Name, b.Name) }) {
+			t.Errorf("ListN(%d) is not sorted", tt.max)
+		}
+		if _, after := g.Meter().Usage(); after-before != int64(5*len(got)) {
+			t.Errorf("ListN(%d) charged %d output bytes, want %d (the names returned)", tt.max, after-before, 5*len(got))
+		}
 	}
 }

@@ -30,4 +30,6 @@ func (g *Guard) readAt(root heldRoot, rel string) ([]byte, error)             { 
 func (g *Guard) copyAt(root heldRoot, rel string, w io.Writer) (int64, error) { return 0, errNoFS }
 func writeAt(root heldRoot, rel string, r io.Reader) (int64, error)           { return 0, errNoFS }
 func removeAt(root heldRoot, rel string) error                                { return errNoFS }
-func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error)            { return nil, errNoFS }
+func (g *Guard) listAt(root heldRoot, rel string, max int) ([]Entry, bool, error) {
+	return nil, false, errNoFS
+}

@@ -3,6 +3,7 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -322,5 +323,23 @@ func TestAttackMCPUnprintableNames(t *testing.T) {
 	call(t, cs, ToolListFiles, map[string]any{}, &out)
 	if len(out.Entries) != 1 || out.Entries[0].Name != `evil\x1b]0;owned\x07` || !out.Entries[0].Escaped {
 		t.Errorf("list_files = %+v, want the name escaped and marked", out.Entries)
+	}
+}
+
+// TestAttackMCPHugeListing: list_files of a folder the sandbox filled
+// returns at most MaxListEntries, marked truncated.
+func TestAttackMCPHugeListing(t *testing.T) {
+	ws := t.TempDir()
+	for i := range MaxListEntries + 100 {
+		if err := os.WriteFile(filepath.Join(ws, fmt.Sprintf("f%05d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := mustPolicy(t, policy.Spec{FSWrite: []string{ws}})
+	cs, _ := connect(t, newServer(t, Config{Policy: p}, (&fakes{}).new))
+	var out ListFilesOutput
+	call(t, cs, ToolListFiles, map[string]any{}, &out)
+	if len(out.Entries) != MaxListEntries || !out.Truncated {
+		t.Errorf("list_files of %d entries = %d entries, truncated %v; want %d and truncated", MaxListEntries+100, len(out.Entries), out.Truncated, MaxListEntries)
 	}
 }

@@ -325,6 +325,11 @@ func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in Wri
 	return nil, WriteFileOutput{Path: in.Path, Bytes: len(data)}, nil
 }
 
+// MaxListEntries is the most entries list_files returns: a folder the
+// sandbox made can be of any size, and the listing is held in the server's
+// memory and then in the model's context.
+const MaxListEntries = 1000
+
 func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in ListFilesInput) (*sdk.CallToolResult, ListFilesOutput, error) {
 	if err := checkName("list_files", in.Path); err != nil {
 		return nil, ListFilesOutput{}, err
@@ -339,14 +344,14 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in Lis
 			return nil, ListFilesOutput{}, errors.New("list_files: this session has no workspace (no fs_write grant): give a path inside fs_read")
 		}
 	}
-	entries, err := sess.Guard().List(dir)
+	entries, more, err := sess.Guard().ListN(dir, MaxListEntries)
 	if err != nil {
 		if r, ok := denial.Of(err, "list", dir, s.cfg.Policy); ok {
 			return s.deniedResult(r), ListFilesOutput{Denied: &r.Denial, Operator: s.operator(r)}, nil
 		}
 		return nil, ListFilesOutput{}, s.fileError("list_files", err)
 	}
-	out := ListFilesOutput{Path: dir, Entries: make([]FileEntry, 0, len(entries))}
+	out := ListFilesOutput{Path: dir, Entries: make([]FileEntry, 0, len(entries)), Truncated: more}
 	for _, e := range entries {
 		fe := FileEntry{Name: e.Name, Dir: e.Dir, Size: e.Size, Mode: e.Mode.String()}
 		if !termtext.AllPrintable(e.Name) {

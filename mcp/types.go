@@ -80,10 +80,12 @@ type FileEntry struct {
 
 // ListFilesOutput is the result of list_files.
 type ListFilesOutput struct {
-	Path     string        `json:"path,omitempty" jsonschema:"the directory listed"`
-	Entries  []FileEntry   `json:"entries,omitempty" jsonschema:"the entries, sorted by name"`
-	Denied   *api.Denial   `json:"denied,omitempty" jsonschema:"set when the listing was refused"`
-	Operator *api.Operator `json:"operator,omitempty" jsonschema:"advice for the operator, present only with --agent-advice"`
+	Path    string      `json:"path,omitempty" jsonschema:"the directory listed"`
+	Entries []FileEntry `json:"entries,omitempty" jsonschema:"the entries, sorted by name"`
+	// Truncated is set when the directory holds more than MaxListEntries.
+	Truncated bool          `json:"truncated,omitempty" jsonschema:"the directory has more entries than a listing holds (1000); these are some of them"`
+	Denied    *api.Denial   `json:"denied,omitempty" jsonschema:"set when the listing was refused"`
+	Operator  *api.Operator `json:"operator,omitempty" jsonschema:"advice for the operator, present only with --agent-advice"`
 }
 
 // SessionInfoInput is the (empty) arguments of session_info.

@@ -1,10 +1,13 @@
 package server_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/server"
 )
 
@@ -319,4 +323,133 @@ func TestAttackUnprintableNames(t *testing.T) {
 	if got := list.Entries[0]; got.Name != `evil\x1b]0;owned\x07\xff` || !got.Escaped {
 		t.Errorf("listed %+v, want the name escaped and marked escaped", got)
 	}
+}
+
+// TestAttackHugeListing: a folder the sandbox filled with more entries
+// than a listing holds is listed in part, marked truncated, instead of
+// whole into the server's memory.
+func TestAttackHugeListing(t *testing.T) {
+	ws := t.TempDir()
+	const n = server.MaxListEntries + 500
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(ws, fmt.Sprintf("f%06d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEnv(t, server.Config{})
+	id := e.create(tokA, wsPolicy(ws)+"budget:\n  max_output_bytes: 1GiB\n")
+	resp, body := e.do("GET", "/v1/sessions/"+id+"/files", tokA, nil)
+	var list struct {
+		Entries   []json.RawMessage `json:"entries"`
+		Truncated bool              `json:"truncated"`
+	}
+	if err := json.Unmarshal(body, &list); resp.StatusCode != 200 || err != nil {
+		t.Fatalf("list = %d (%v)", resp.StatusCode, err)
+	}
+	if len(list.Entries) != server.MaxListEntries || !list.Truncated {
+		t.Errorf("listing a folder of %d entries gave %d entries, truncated %v; want %d and truncated", n, len(list.Entries), list.Truncated, server.MaxListEntries)
+	}
+}
+
+// TestAttackHugeHeaders: Serve refuses request headers beyond 64 KiB with
+// 431 before any handler runs, and keeps answering.
+func TestAttackHugeHeaders(t *testing.T) {
+	ns := func(context.Context, *policy.Policy) (server.Session, error) {
+		return nil, errors.New("no sessions in this test")
+	}
+	srv, err := server.New(server.Config{NewSession: ns, Tokens: []string{tokA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	defer func() {
+		if err := srv.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		<-served
+	}()
+	c, err := net.DialTimeout("tcp", l.Addr().String(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	go func() {
+		// The server may stop reading once it has refused: write errors
+		// are expected.
+		fmt.Fprintf(c, "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nX-Pad: %s\r\n\r\n", tokA, strings.Repeat("a", 1<<20))
+	}()
+	status, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(status, " 431 ") {
+		t.Errorf("a request with 1 MiB of headers got %q (%v), want 431", status, err)
+	}
+	resp, err := http.Get("http://" + l.Addr().String() + "/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("health after the refusal = %d", resp.StatusCode)
+	}
+}
+
+// TestAttackStreamNotRead: a client that asks for a streamed exec and
+// never reads it makes the server hold no more than the socket buffers:
+// the command's writes block (its pipe fills in a real sandbox) instead of
+// piling up in the server.
+func TestAttackStreamNotRead(t *testing.T) {
+	const chunk, total = 64 << 10, 256 * mib
+	e := newEnv(t, server.Config{})
+	var accepted atomic.Int64
+	finished := make(chan struct{})
+	e.exec = func(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
+		defer close(finished)
+		buf := make([]byte, chunk)
+		for i := range buf {
+			buf[i] = 'x'
+		}
+		for accepted.Load() < total && ctx.Err() == nil {
+			n, _ := req.Stdout.Write(buf)
+			accepted.Add(int64(n))
+		}
+		return &api.Report{}, nil
+	}
+	id := e.create(tokA, wsPolicy(t.TempDir()))
+	before := airtest.LiveHeap()
+	req, err := http.NewRequest("POST", e.ts.URL+"/v1/sessions/"+id+"/exec?stream=1", strings.NewReader(`{"args":["sh"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read nothing. Wait until the command's writes stop being accepted
+	// (blocked on the unread connection), or all of them were.
+	last, still := int64(-1), 0
+	for still < 20 && accepted.Load() < total {
+		if a := accepted.Load(); a == last {
+			still++
+		} else {
+			last, still = a, 0
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	got := accepted.Load()
+	grew, bound := airtest.LiveHeap()-before, int64(perConn+slack)
+	t.Logf("%d MiB of output accepted, live heap grew by %.1f MiB (bound %d MiB), with the stream unread", got/mib, float64(grew)/mib, bound/mib)
+	if got >= total {
+		t.Errorf("the server accepted all %d MiB of output that nobody read", total/mib)
+	}
+	if grew > bound {
+		t.Errorf("the server's heap grew by %d MiB with an unread stream, want at most %d MiB", grew/mib, bound/mib)
+	}
+	resp.Body.Close() // the client goes: the exec ends with its request
+	<-finished
 }

@@ -175,8 +175,13 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, owner int) {
 	}
 }
 
+// MaxListEntries is the most entries a listing holds: the sandbox can make
+// folders of any size, and each entry the server lists takes its memory.
+// A listing cut short says "truncated": true.
+const MaxListEntries = 10000
+
 // listFiles is GET /v1/sessions/{id}/files?dir=P; no dir lists the
-// workspace.
+// workspace, at most MaxListEntries of it.
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, owner int) {
 	setDeadlines(w, 0, jsonTimeout)
 	dir := r.URL.Query().Get("dir")
@@ -188,12 +193,14 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, owner int) {
 		dir = "."
 	}
 	var out []api.Entry
+	var more bool
 	ok := s.fileOp(w, r, owner, "list", dir, func(g *guard.Guard, abs string) error {
 		dir = path.Clean(abs) // the answer names what was listed, not the client's shorthand
-		entries, err := g.List(abs)
+		entries, m, err := g.ListN(abs, MaxListEntries)
 		if err != nil {
 			return err
 		}
+		more = m
 		out = make([]api.Entry, 0, len(entries))
 		for _, en := range entries {
 			ae := api.Entry{Name: en.Name, Type: entryType(en.Mode), Size: en.Size, Mode: fmt.Sprintf("%04o", en.Mode.Perm())}
@@ -207,7 +214,11 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request, owner int) {
 		return nil
 	})
 	if ok {
-		writeJSON(w, http.StatusOK, map[string]any{"dir": dir, "entries": out})
+		res := map[string]any{"dir": dir, "entries": out}
+		if more {
+			res["truncated"] = true
+		}
+		writeJSON(w, http.StatusOK, res)
 	}
 }
 
