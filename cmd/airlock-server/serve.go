@@ -109,8 +109,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
 	maxTransfers := fs.Int("max-transfers", server.DefaultMaxTransfers, "request bodies and downloads one token may have in flight at once (see above)")
 	maxTransfersTotal := fs.Int("max-transfers-total", server.DefaultMaxTransfersTotal, "request bodies and downloads in flight at once, all tokens together")
-	maxTransferBytes := fs.String("max-transfer-bytes", "256MiB", "bytes one token's transfers in flight may hold together (at least --max-body)")
-	maxTransferBytesTotal := fs.String("max-transfer-bytes-total", "1GiB", "bytes all transfers in flight may hold together, on the disk of --workspace-dir")
+	maxTransferBytes := fs.String("max-transfer-bytes", "256MiB", "bytes one token's transfers in flight may hold together; at least --max-body (unset: 256MiB, or --max-body if more)")
+	maxTransferBytesTotal := fs.String("max-transfer-bytes-total", "1GiB", "bytes all transfers in flight may hold together, on the disk of --workspace-dir (unset: 1GiB, or --max-transfer-bytes if more)")
 	maxExecs := fs.Int("max-execs", server.DefaultMaxExecs, "execs one session runs at once")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, without a token (bind it where only your Prometheus reaches: it counts every tenant's sessions); default: no metrics")
 	logFormat := fs.String("log-format", "text", "`FORMAT` of the log on stderr: text, or json (one object a line, with the run id of each sandbox's records)")
@@ -147,6 +147,16 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	transferBytesTotal, err := policy.ParseSize(*maxTransferBytesTotal)
 	if err != nil || transferBytesTotal <= 0 {
 		return fail("--max-transfer-bytes-total %q: give a positive size such as 1GiB", *maxTransferBytesTotal)
+	}
+	// Unset, they follow --max-body up (server.Config's zero values);
+	// given, they are checked against it.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["max-transfer-bytes"] {
+		transferBytes = 0
+	}
+	if !given["max-transfer-bytes-total"] {
+		transferBytesTotal = 0
 	}
 	if *warmPool < 0 || *warmPool > sandbox.MaxPoolSize {
 		return fail("--warm-pool %d: give 0 to %d", *warmPool, sandbox.MaxPoolSize)

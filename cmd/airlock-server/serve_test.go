@@ -107,8 +107,9 @@ func TestServeRefusesBadLimits(t *testing.T) {
 		want string
 	}{
 		{"bytes-below-body", []string{"--max-transfer-bytes", "1MiB"}, "cannot hold one upload"},
+		{"bytes-below-big-body", []string{"--max-body", "512MiB", "--max-transfer-bytes", "256MiB"}, "cannot hold one upload"},
 		{"total-below-token", []string{"--max-transfers", "9", "--max-transfers-total", "8"}, "less than 9 per token"},
-		{"bytes-total-below-token", []string{"--max-transfer-bytes-total", "64MiB"}, "less than 268435456 per token"},
+		{"bytes-total-below-token", []string{"--max-transfer-bytes", "256MiB", "--max-transfer-bytes-total", "64MiB"}, "less than 268435456 per token"},
 		{"zero-transfers", []string{"--max-transfers", "0"}, "--max-transfers"},
 		{"zero-execs", []string{"--max-execs", "0"}, "--max-execs"},
 		{"bad-size", []string{"--max-transfer-bytes", "lots"}, "--max-transfer-bytes \"lots\""},
