@@ -380,6 +380,7 @@ func TestDependencyRulesCatch(t *testing.T) {
 		{"client-links-api-only", pkg("client", []string{m("api")}, []string{m("api"), m("policy")})},
 		{"client-links-api-only", pkg("client", []string{m("sandbox")}, []string{m("sandbox")})},
 		{"httpauth-std-only", pkg("internal/httpauth", []string{m("policy")}, nil)},
+		{"inflight-std-only", pkg("internal/inflight", []string{m("policy")}, nil)},
 		{"sibling-std-only", pkg("internal/sibling", []string{"golang.org/x/sys/unix"}, nil)},
 		{"k8s-types-in-export-k8s", pkg("sandbox", []string{"k8s.io/api/core/v1"}, nil)},
 		{"k8s-types-in-export-k8s", pkg("export/oci", []string{"k8s.io/apimachinery/pkg/api/resource"}, nil)},
