@@ -116,4 +116,10 @@ type Entry struct {
 	Type string `json:"type"` // "file", "dir", "symlink" or "other"
 	Size int64  `json:"size"`
 	Mode string `json:"mode"` // permission bits in octal, e.g. "0644"
+	// Escaped is true when the name has characters that are not printable
+	// UTF-8 (control or format characters, bytes that are not UTF-8):
+	// Name then shows it escaped (\x1b, \u202e, \xff), and the file
+	// cannot be named through the API; rename or remove it from inside
+	// the sandbox.
+	Escaped bool `json:"escaped,omitempty"`
 }

@@ -1,7 +1,9 @@
 package guard
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -45,29 +47,68 @@ func (g *Guard) Read(path string) ([]byte, error) {
 	return data, nil
 }
 
+// ReadTo is Read that copies the file to w as it reads it, in chunks of at
+// most 32 KiB, instead of returning it: memory stays small whatever the
+// file's size. Each chunk counts against max_output_bytes before it is
+// written to w. It returns the bytes written to w; an error of w ends the
+// copy and is returned, wrapped.
+func (g *Guard) ReadTo(path string, w io.Writer) (int64, error) {
+	var n int64
+	err := g.fsOp("read", policy.FSRead, path, func(root heldRoot, rel string) error {
+		var err error
+		n, err = g.copyAt(root, rel, w)
+		return err
+	})
+	return n, err
+}
+
 // Write creates or truncates a regular file inside fs_write and writes data
 // to it with mode 0644 (before umask). Missing parent directories beneath the
 // grant root are created with mode 0755. It never writes through a symlink
 // and refuses files with more than one hard link.
 func (g *Guard) Write(path string, data []byte) error {
-	return g.fsOp("write", policy.FSWrite, path, func(root heldRoot, rel string) error {
-		return writeAt(root, rel, data)
+	_, err := g.WriteFrom(path, bytes.NewReader(data))
+	return err
+}
+
+// WriteFrom is Write with the content read from r to its end, in chunks of
+// at most 32 KiB. The file is checked and truncated before r is read, so
+// an error of r (returned, wrapped) leaves it holding what was read so
+// far: give r a complete local copy (a spooled upload), not a network
+// stream. It returns the bytes written.
+func (g *Guard) WriteFrom(path string, r io.Reader) (int64, error) {
+	var n int64
+	err := g.fsOp("write", policy.FSWrite, path, func(root heldRoot, rel string) error {
+		var err error
+		n, err = writeAt(root, rel, r)
+		return err
 	})
+	return n, err
 }
 
 // List returns the entries of a directory inside fs_read or fs_write,
 // sorted by name. The entry names count against max_output_bytes.
 func (g *Guard) List(dir string) ([]Entry, error) {
+	entries, _, err := g.ListN(dir, 0)
+	return entries, err
+}
+
+// ListN is List of at most max entries (all when max <= 0): the first max
+// the directory gives, sorted by name, and whether any were left out. The
+// memory it takes is bounded by max, however many entries the sandbox
+// made; only the names returned count against max_output_bytes.
+func (g *Guard) ListN(dir string, max int) ([]Entry, bool, error) {
 	var entries []Entry
+	var more bool
 	err := g.fsOp("list", policy.FSRead, dir, func(root heldRoot, rel string) error {
 		var err error
-		entries, err = g.listAt(root, rel)
+		entries, more, err = g.listAt(root, rel, max)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return entries, nil
+	return entries, more, nil
 }
 
 // Remove deletes a file, a symlink (not its target) or an empty directory

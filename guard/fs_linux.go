@@ -3,6 +3,7 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"slices"
 	"strconv"
@@ -160,83 +161,116 @@ func checkFile(st *unix.Stat_t) error {
 	return nil
 }
 
-// readAt reads root/rel. The file is first opened O_PATH and checked, so a
-// fifo or device is never opened for reading; the second open must yield the
-// same inode, or the file was swapped in between.
+// readAt reads root/rel.
 func (g *Guard) readAt(root heldRoot, rel string) ([]byte, error) {
+	fd, size, err := openRead(root, rel)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return g.readBounded(fd, size)
+}
+
+// copyAt copies root/rel to w.
+func (g *Guard) copyAt(root heldRoot, rel string, w io.Writer) (int64, error) {
+	fd, size, err := openRead(root, rel)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	return g.copyBounded(fd, size, w)
+}
+
+// openRead opens root/rel for reading and returns its fd and size. The
+// file is first opened O_PATH and checked, so a fifo or device is never
+// opened for reading; the second open must yield the same inode, or the
+// file was swapped in between.
+func openRead(root heldRoot, rel string) (int, int64, error) {
 	if root.file {
-		return g.readFileRoot(root, rel)
+		return openFileRoot(root, rel)
 	}
 	rfd := root.fd
 	pfd, err := openBeneath(rfd, rel, unix.O_PATH, 0)
 	if err != nil {
-		return nil, err
+		return -1, 0, err
 	}
 	var pst unix.Stat_t
 	err = unix.Fstat(pfd, &pst)
 	unix.Close(pfd)
 	if err != nil {
-		return nil, fmt.Errorf("fstat: %w", err)
+		return -1, 0, fmt.Errorf("fstat: %w", err)
 	}
 	if err := checkFile(&pst); err != nil {
-		return nil, err
+		return -1, 0, err
 	}
 	fd, err := openBeneath(rfd, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return nil, err
+		return -1, 0, err
 	}
-	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("fstat: %w", err)
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("fstat: %w", err)
 	}
 	if st.Dev != pst.Dev || st.Ino != pst.Ino {
-		return nil, errors.New("the file was replaced while it was being opened: retry the read")
+		unix.Close(fd)
+		return -1, 0, errors.New("the file was replaced while it was being opened: retry the read")
 	}
 	if err := checkFile(&st); err != nil {
-		return nil, err
+		unix.Close(fd)
+		return -1, 0, err
 	}
-	return g.readBounded(fd, st.Size)
+	return fd, st.Size, nil
 }
 
-// readFileRoot reads a single-file grant.
-func (g *Guard) readFileRoot(root heldRoot, rel string) ([]byte, error) {
+// openFileRoot opens a single-file grant for reading.
+func openFileRoot(root heldRoot, rel string) (int, int64, error) {
 	if rel != "." {
-		return nil, unix.ENOTDIR
+		return -1, 0, unix.ENOTDIR
 	}
 	var pst unix.Stat_t
 	if err := unix.Fstat(root.fd, &pst); err != nil {
-		return nil, fmt.Errorf("fstat: %w", err)
+		return -1, 0, fmt.Errorf("fstat: %w", err)
 	}
 	if err := checkFile(&pst); err != nil {
-		return nil, err
+		return -1, 0, err
 	}
 	fd, err := root.reopen(unix.O_RDONLY)
 	if err != nil {
-		return nil, fmt.Errorf("open: %w", err)
+		return -1, 0, fmt.Errorf("open: %w", err)
 	}
-	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("fstat: %w", err)
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("fstat: %w", err)
 	}
 	if st.Dev != pst.Dev || st.Ino != pst.Ino {
-		return nil, errors.New("airlock bug: a grant's fd reopened to another file")
+		unix.Close(fd)
+		return -1, 0, errors.New("airlock bug: a grant's fd reopened to another file")
 	}
-	return g.readBounded(fd, st.Size)
+	return fd, st.Size, nil
+}
+
+// chargeSize halts the meter, before anything is read, when a file of
+// size bytes cannot fit in what is left of max_output_bytes.
+func (g *Guard) chargeSize(size int64) error {
+	limit := g.meter.Limits().OutputBytes
+	_, used := g.meter.Usage()
+	if size > limit-used {
+		// Halt now rather than read what cannot be returned.
+		if _, err := g.meter.ChargeOutput(size); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readBounded reads fd to its end, charging every byte to max_output_bytes
 // before it is kept, so memory stays bounded by the output budget even when
 // the file grows while it is read.
 func (g *Guard) readBounded(fd int, size int64) ([]byte, error) {
-	limit := g.meter.Limits().OutputBytes
-	_, used := g.meter.Usage()
-	if size > limit-used {
-		// Halt now rather than read what cannot be returned.
-		if _, err := g.meter.ChargeOutput(size); err != nil {
-			return nil, err
-		}
+	if err := g.chargeSize(size); err != nil {
+		return nil, err
 	}
 	// One spare byte lets the read that sees EOF land without growing buf.
 	buf := make([]byte, 0, max(size, 0)+1)
@@ -261,21 +295,51 @@ func (g *Guard) readBounded(fd int, size int64) ([]byte, error) {
 	}
 }
 
-// writeAt writes data to root/rel. The open does not truncate: the file is
-// checked first (regular, one link), so a hard link to a file outside the
-// grant is refused before any of its bytes are lost.
-func writeAt(root heldRoot, rel string, data []byte) error {
+// copyBounded copies fd to w in chunks of readChunk bytes, charging each
+// to max_output_bytes before it is written.
+func (g *Guard) copyBounded(fd int, size int64, w io.Writer) (int64, error) {
+	if err := g.chargeSize(size); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, readChunk)
+	var total int64
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return total, fmt.Errorf("read: %w", err)
+		}
+		if n == 0 {
+			return total, nil
+		}
+		if _, err := g.meter.ChargeOutput(int64(n)); err != nil {
+			return total, err
+		}
+		m, err := w.Write(buf[:n])
+		total += int64(m)
+		if err != nil {
+			return total, fmt.Errorf("copy: %w", err)
+		}
+	}
+}
+
+// writeAt writes what r holds to root/rel. The open does not truncate: the
+// file is checked first (regular, one link), so a hard link to a file
+// outside the grant is refused before any of its bytes are lost.
+func writeAt(root heldRoot, rel string, r io.Reader) (int64, error) {
 	if root.file {
-		return writeFileRoot(root, rel, data)
+		return writeFileRoot(root, rel, r)
 	}
 	if rel == "." {
-		return unix.EISDIR
+		return 0, unix.EISDIR
 	}
 	rfd := root.fd
 	dir, base := splitRel(rel)
 	pfd, err := mkdirBeneath(rfd, dir)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer unix.Close(pfd)
 
@@ -285,71 +349,85 @@ func writeAt(root heldRoot, rel string, data []byte) error {
 		err = unix.Fstat(lfd, &st)
 		unix.Close(lfd)
 		if err != nil {
-			return fmt.Errorf("fstat: %w", err)
+			return 0, fmt.Errorf("fstat: %w", err)
 		}
 		if err := checkFile(&st); err != nil {
-			return err
+			return 0, err
 		}
 	} else if !errors.Is(err, unix.ENOENT) {
-		return err
+		return 0, err
 	}
 
 	fd, err := openBeneath(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o644)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("fstat: %w", err)
+		return 0, fmt.Errorf("fstat: %w", err)
 	}
 	if err := checkFile(&st); err != nil {
 		unix.Close(fd)
-		return err
+		return 0, err
 	}
-	return truncateWrite(fd, data)
+	return truncateWrite(fd, r)
 }
 
 // writeFileRoot writes a single-file grant in place.
-func writeFileRoot(root heldRoot, rel string, data []byte) error {
+func writeFileRoot(root heldRoot, rel string, r io.Reader) (int64, error) {
 	if rel != "." {
-		return unix.ENOTDIR
+		return 0, unix.ENOTDIR
 	}
 	var pst unix.Stat_t
 	if err := unix.Fstat(root.fd, &pst); err != nil {
-		return fmt.Errorf("fstat: %w", err)
+		return 0, fmt.Errorf("fstat: %w", err)
 	}
 	if err := checkFile(&pst); err != nil {
-		return err
+		return 0, err
 	}
 	fd, err := root.reopen(unix.O_WRONLY)
 	if err != nil {
-		return fmt.Errorf("open: %w", err)
+		return 0, fmt.Errorf("open: %w", err)
 	}
-	return truncateWrite(fd, data)
+	return truncateWrite(fd, r)
 }
 
-// truncateWrite empties fd, writes data and closes fd.
-func truncateWrite(fd int, data []byte) error {
+// truncateWrite empties fd, writes what r holds and closes fd. Write's
+// *bytes.Reader goes in one piece (io.WriterTo); other readers in chunks
+// of readChunk bytes.
+func truncateWrite(fd int, r io.Reader) (int64, error) {
 	if err := unix.Ftruncate(fd, 0); err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("truncate: %w", err)
+		return 0, fmt.Errorf("truncate: %w", err)
 	}
-	for len(data) > 0 {
-		n, err := unix.Write(fd, data)
+	n, err := io.CopyBuffer(fdWriter(fd), r, make([]byte, readChunk))
+	if err != nil {
+		unix.Close(fd)
+		return n, err
+	}
+	if err := unix.Close(fd); err != nil {
+		return n, fmt.Errorf("close: %w", err)
+	}
+	return n, nil
+}
+
+// fdWriter writes to a file descriptor, retrying short writes and EINTR.
+type fdWriter int
+
+func (w fdWriter) Write(p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := unix.Write(int(w), p[done:])
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("write: %w", err)
+			return done, fmt.Errorf("write: %w", err)
 		}
-		data = data[n:]
+		done += n
 	}
-	if err := unix.Close(fd); err != nil {
-		return fmt.Errorf("close: %w", err)
-	}
-	return nil
+	return done, nil
 }
 
 // mkdirBeneath returns an O_PATH fd of root/dir, creating missing
@@ -412,21 +490,22 @@ func removeAt(root heldRoot, rel string) error {
 	return err
 }
 
-// listAt lists root/rel. O_DIRECTORY makes the open fail before a device or
-// fifo could be opened.
-func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) {
+// listAt lists root/rel: at most max entries when max > 0, in the order
+// the directory gives them (then sorted), with more telling whether any
+// were left out. O_DIRECTORY makes the open fail before a device or fifo
+// could be opened.
+func (g *Guard) listAt(root heldRoot, rel string, max int) (entries []Entry, more bool, err error) {
 	if root.file {
-		return nil, unix.ENOTDIR
+		return nil, false, unix.ENOTDIR
 	}
 	fd, err := openBeneath(root.fd, rel, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer unix.Close(fd)
 	var (
-		entries []Entry
-		names   []string
-		buf     = make([]byte, 8<<10)
+		names []string
+		buf   = make([]byte, 8<<10)
 	)
 	for {
 		n, err := unix.ReadDirent(fd, buf)
@@ -434,18 +513,21 @@ func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("getdents: %w", err)
+			return nil, false, fmt.Errorf("getdents: %w", err)
 		}
 		if n <= 0 {
 			break
 		}
 		_, _, names = unix.ParseDirent(buf[:n], -1, names[:0])
+		if max > 0 && len(entries)+len(names) > max {
+			names, more = names[:max-len(entries)], true
+		}
 		var size int64
 		for _, name := range names {
 			size += int64(len(name))
 		}
 		if _, err := g.meter.ChargeOutput(size); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for _, name := range names {
 			var st unix.Stat_t
@@ -453,14 +535,17 @@ func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) {
 				if err == unix.ENOENT {
 					continue // removed since getdents
 				}
-				return nil, fmt.Errorf("lstat %s: %w", name, err)
+				return nil, false, fmt.Errorf("lstat %s: %w", name, err)
 			}
 			m := fileMode(st.Mode)
 			entries = append(entries, Entry{Name: name, Dir: m.IsDir(), Size: st.Size, Mode: m})
 		}
+		if more {
+			break
+		}
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
-	return entries, nil
+	return entries, more, nil
 }
 
 // splitRel splits a root-relative path into its parent ("." at the root)

@@ -3,10 +3,12 @@ package guard_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -436,6 +438,76 @@ func BenchmarkReadBaseline(b *testing.B) {
 	for b.Loop() {
 		if _, err := os.ReadFile(p); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestReadToWriteFrom: the streaming forms check paths as Read and Write
+// do, charge the output budget before a chunk reaches the writer, and move
+// files whole.
+func TestReadToWriteFrom(t *testing.T) {
+	f := newFixture(t)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 100<<10) // 1.6 MB: many chunks
+	mustDo(t, os.WriteFile(f.work+"/big", big, 0o644))
+	g := newGuard(t, policy.Spec{FSWrite: []string{f.work}, Budget: budget.Limits{OutputBytes: 4 << 20}}, guard.Config{Cwd: f.work})
+
+	var out bytes.Buffer
+	n, err := g.ReadTo(f.work+"/big", &out)
+	if err != nil || n != int64(len(big)) || !bytes.Equal(out.Bytes(), big) {
+		t.Fatalf("ReadTo(big) = %d, %v (%d bytes out), want %d", n, err, out.Len(), len(big))
+	}
+	for _, p := range []string{f.work + "/secret-link", f.work + "/hard", f.work + "/fifo", f.work + "/../secret.txt"} {
+		out.Reset()
+		if _, err := g.ReadTo(p, &out); err == nil || out.Len() != 0 {
+			t.Errorf("ReadTo(%s) = %v with %d bytes out, want a refusal and nothing", p, err, out.Len())
+		}
+	}
+
+	n, err = g.WriteFrom("copy", bytes.NewReader(big))
+	if err != nil || n != int64(len(big)) {
+		t.Fatalf("WriteFrom(copy) = %d, %v", n, err)
+	}
+	if got, err := os.ReadFile(f.work + "/copy"); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("the file WriteFrom wrote holds %d bytes (%v), want %d", len(got), err, len(big))
+	}
+	if _, err := g.WriteFrom(f.work+"/hard", bytes.NewReader(big)); err == nil {
+		t.Error("WriteFrom through a hard link succeeded")
+	}
+	requireUnchanged(t, f.hardsecret, secretData)
+
+	// max_output_bytes is charged before the bytes reach the writer.
+	small := newGuard(t, policy.Spec{FSRead: []string{f.work}, Budget: budget.Limits{OutputBytes: 1 << 20}}, guard.Config{})
+	out.Reset()
+	_, err = small.ReadTo(f.work+"/big", &out)
+	requireExhausted(t, "ReadTo of 1.6 MB with max_output_bytes 1 MiB", err, budget.MaxOutputBytes)
+	if out.Len() != 0 {
+		t.Errorf("ReadTo past max_output_bytes wrote %d bytes, want none", out.Len())
+	}
+}
+
+// TestListN: a listing holds at most max entries, says whether any were
+// left out, and charges only the names it returns.
+func TestListN(t *testing.T) {
+	dir := t.TempDir()
+	const n = 2500 // several getdents batches
+	for i := range n {
+		mustDo(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", i)), nil, 0o644))
+	}
+	g := newGuard(t, policy.Spec{FSRead: []string{dir}}, guard.Config{})
+	for _, tt := range []struct {
+		max, want int
+		more      bool
+	}{{10, 10, true}, {n - 1, n - 1, true}, {n, n, false}, {n + 1, n, false}, {0, n, false}} {
+		_, before := g.Meter().Usage()
+		got, more, err := g.ListN(dir, tt.max)
+		if err != nil || len(got) != tt.want || more != tt.more {
+			t.Errorf("ListN(%d) = %d entries, more %v, %v; want %d, %v", tt.max, len(got), more, err, tt.want, tt.more)
+		}
+		if !slices.IsSortedFunc(got, func(a, b guard.Entry) int { return strings.Compare(a.Name, b.Name) }) {
+			t.Errorf("ListN(%d) is not sorted", tt.max)
+		}
+		if _, after := g.Meter().Usage(); after-before != int64(5*len(got)) {
+			t.Errorf("ListN(%d) charged %d output bytes, want %d (the names returned)", tt.max, after-before, 5*len(got))
 		}
 	}
 }

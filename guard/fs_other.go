@@ -5,6 +5,7 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"io"
 )
 
 // errNoFS is returned for every file operation: without openat2(2)
@@ -25,7 +26,10 @@ func holdRoots(grants []string, given map[string]int) (map[string]heldRoot, erro
 
 func releaseRoots(map[string]heldRoot) {}
 
-func (g *Guard) readAt(root heldRoot, rel string) ([]byte, error)  { return nil, errNoFS }
-func writeAt(root heldRoot, rel string, data []byte) error         { return errNoFS }
-func removeAt(root heldRoot, rel string) error                     { return errNoFS }
-func (g *Guard) listAt(root heldRoot, rel string) ([]Entry, error) { return nil, errNoFS }
+func (g *Guard) readAt(root heldRoot, rel string) ([]byte, error)             { return nil, errNoFS }
+func (g *Guard) copyAt(root heldRoot, rel string, w io.Writer) (int64, error) { return 0, errNoFS }
+func writeAt(root heldRoot, rel string, r io.Reader) (int64, error)           { return 0, errNoFS }
+func removeAt(root heldRoot, rel string) error                                { return errNoFS }
+func (g *Guard) listAt(root heldRoot, rel string, max int) ([]Entry, bool, error) {
+	return nil, false, errNoFS
+}

@@ -270,7 +270,7 @@ func writeDescription(p *policy.Policy) string {
 
 func listDescription(p *policy.Policy) string {
 	return "List a directory (default: the workspace). Listable: " + listOr(append(p.FSRead(), p.FSWrite()...), "nothing under this policy") +
-		". Symlinks are listed as themselves, never followed."
+		". Symlinks are listed as themselves, never followed; at most " + strconv.Itoa(MaxListEntries) + " entries (truncated is set when there are more)."
 }
 
 const infoDescription = "Show what this sandbox grants (fs_read, fs_write, net_hosts, allowed_tools, budget, the languages run accepts) and, once the session has started, what it has used and how long it has left. Costs no budget and starts nothing."

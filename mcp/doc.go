@@ -28,9 +28,19 @@
 // past the budget, and, over HTTP, callers without the bearer token; and
 // from being told which grants to ask its operator for.
 //
+// Over HTTP (http.go), each token is a tenant: an MCP session belongs to
+// the token that created it, and another token presenting its
+// Mcp-Session-Id gets the answer of an unknown id, so it can neither use
+// the session's sandbox nor learn that the id exists; the id never reaches
+// the log (a short hash of it does). A token holds a bounded number of MCP
+// sessions and sandboxes (an even share of Config.MaxSessions by default),
+// and a bounded number of its request bodies are read at once, so one
+// token can take neither every sandbox slot nor the server's memory.
+//
 // Reports, denials and the operator's advice are package api's types, and
 // a refusal becomes a denial in internal/denial, as in the HTTP API. It
-// imports api, guard, policy/..., audit, internal/denial and the MCP SDK,
+// imports api, guard, policy/..., audit, internal/denial, internal/httpauth,
+// internal/inflight, internal/termtext and the MCP SDK,
 // and it is the only package that imports the SDK. It never imports
 // internal/enforce (deps_test.go checks this): cmd/airlock-server plugs
 // *sandbox.Session in, as it is, through the small Session interface over

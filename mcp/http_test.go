@@ -3,14 +3,12 @@ package mcp
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/internal/httpauth"
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
@@ -28,19 +26,12 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // TestHTTP serves the tools over streamable HTTP behind the bearer check
-// airlock mcp --listen puts in front (httpauth): a client with the token
-// works, one without is refused before MCP.
+// (httpauth): a client with the token works, one without is refused
+// before MCP.
 func TestHTTP(t *testing.T) {
 	p := mustPolicy(t, policy.Spec{AllowedTools: []string{"sh"}})
 	fk := &fakes{}
-	s := newServer(t, Config{Policy: p}, fk.new)
-	toks, err := httpauth.NewTokens([]string{testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := toks.Require(s.Handler())
-	ts := httptest.NewServer(h)
-	defer ts.Close()
+	_, ts := serveHTTP(t, Config{Policy: p}, fk.new, testToken)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 

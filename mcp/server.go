@@ -3,15 +3,17 @@ package mcp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/httpauth"
+	"github.com/airlock-sandbox/airlock/internal/inflight"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -49,6 +51,28 @@ type Config struct {
 	// MCP client sessions. Zero means 8.
 	MaxSessions int
 
+	// Tokens are the bearer tokens Handler accepts, at least
+	// httpauth.MinTokenLen characters each, without white space. Each is a
+	// tenant: the MCP sessions it creates are its own, invisible to the
+	// others. Empty serves HTTP only with InsecureNoAuth; ServeIO needs
+	// none.
+	Tokens []string
+
+	// InsecureNoAuth lets Handler serve without tokens, every client then
+	// being one tenant. The caller must listen on a loopback address.
+	InsecureNoAuth bool
+
+	// MaxSessionsPerToken bounds the sandboxes one token's MCP sessions
+	// hold at once, so that no token takes every slot of MaxSessions. Zero
+	// means MaxSessions shared evenly among the tokens (at least 1).
+	MaxSessionsPerToken int
+
+	// MaxClientsPerToken bounds the MCP sessions one token holds at once
+	// over HTTP (each holds at most one sandbox); one more is refused with
+	// 429 until one ends or idles out. Zero means twice
+	// MaxSessionsPerToken.
+	MaxClientsPerToken int
+
 	// ProgressInterval is how often run notifies progress to a client
 	// that sent a progress token. Zero means DefaultProgressInterval.
 	ProgressInterval time.Duration
@@ -78,22 +102,31 @@ type Server struct {
 	cfg Config
 	// view is the policy as the sandbox sees it (placed grants at their
 	// places): what the agent is told and the paths its tools take.
-	view  *policy.Policy
-	log   *slog.Logger
-	sink  audit.Sink
-	clock budget.Clock
-	srv   *sdk.Server
+	view   *policy.Policy
+	log    *slog.Logger
+	sdkLog *slog.Logger // log without MCP session ids, for the SDK
+	sink   audit.Sink
+	clock  budget.Clock
+	srv    *sdk.Server
+
+	tokens    *httpauth.Tokens  // nil without tokens
+	perToken  int               // sandboxes per token
+	perClient int               // MCP sessions per token
+	bodies    *inflight.Limiter // HTTP request bodies being read
 
 	// base outlives requests: sessions are started with it so that they end
 	// at Close or their deadline, not when the first tool call returns.
 	base   context.Context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	slots    map[*sdk.ServerSession]*slot // guarded by mu
-	starting int                          // sandboxes being started, guarded by mu
-	open     int                          // sandboxes started and not closed, guarded by mu
-	closed   bool                         // guarded by mu
+	mu        sync.Mutex
+	slots     map[*sdk.ServerSession]*slot // guarded by mu
+	starting  int                          // sandboxes being started, guarded by mu
+	open      int                          // sandboxes started and not closed, guarded by mu
+	closed    bool                         // guarded by mu
+	owners    map[string]int               // guarded by mu; HTTP MCP session id → token index
+	pending   map[int]int                  // guarded by mu; MCP sessions being created, by token
+	sandboxes map[int]int                  // guarded by mu; sandboxes open or starting, by token
 
 	// reaping counts the goroutines that close a sandbox when its client's
 	// transport ends; Close waits for them, so the process does not exit
@@ -103,8 +136,9 @@ type Server struct {
 
 // slot holds the sandbox of one MCP client session, started on first use.
 type slot struct {
-	mu sync.Mutex
-	s  Session // nil until started; guarded by mu
+	mu    sync.Mutex
+	s     Session // nil until started; guarded by mu
+	owner int     // the token whose sandbox it is; -1 for none (stdio); guarded by mu
 }
 
 // New validates cfg and returns a server. It starts no sandbox: each MCP
@@ -116,11 +150,30 @@ func New(cfg Config) (*Server, error) {
 	if cfg.NewSession == nil {
 		return nil, errors.New("mcp: new: no NewSession: set Config.NewSession")
 	}
-	if cfg.MaxSessions < 0 {
-		return nil, errors.New("mcp: new: MaxSessions is negative: give a positive number or zero for the default")
+	if cfg.MaxSessions < 0 || cfg.MaxSessionsPerToken < 0 || cfg.MaxClientsPerToken < 0 {
+		return nil, errors.New("mcp: new: a session limit is negative: give a positive number or zero for the default")
 	}
 	if cfg.MaxSessions == 0 {
 		cfg.MaxSessions = 8
+	}
+	if len(cfg.Tokens) > 0 && cfg.InsecureNoAuth {
+		return nil, errors.New("mcp: new: tokens and InsecureNoAuth were both given: choose one")
+	}
+	tokens, err := httpauth.NewTokens(cfg.Tokens)
+	if err != nil {
+		return nil, fmt.Errorf("mcp: new: %w", err)
+	}
+	perToken := cfg.MaxSessionsPerToken
+	if perToken == 0 {
+		perToken = max(1, cfg.MaxSessions/max(1, len(cfg.Tokens)))
+	}
+	perClient := cfg.MaxClientsPerToken
+	if perClient == 0 {
+		perClient = 2 * perToken
+	}
+	bodies, err := inflight.New(inflight.Limits{PerTenant: BodiesPerToken, Total: BodiesTotal})
+	if err != nil {
+		return nil, fmt.Errorf("airlock bug: mcp: new: %w", err)
 	}
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
@@ -132,14 +185,22 @@ func New(cfg Config) (*Server, error) {
 		cfg.Version = "dev"
 	}
 	s := &Server{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		sink:  cfg.Audit,
-		slots: make(map[*sdk.ServerSession]*slot),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		sink:      cfg.Audit,
+		slots:     make(map[*sdk.ServerSession]*slot),
+		tokens:    tokens,
+		perToken:  perToken,
+		perClient: perClient,
+		bodies:    bodies,
+		owners:    map[string]int{},
+		pending:   map[int]int{},
+		sandboxes: map[int]int{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.sdkLog = slog.New(hideIDs{s.log.Handler()})
 	if s.sink == nil {
 		s.sink = audit.Discard
 	}
@@ -150,7 +211,7 @@ func New(cfg Config) (*Server, error) {
 	s.view = cfg.Policy.View()
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock sandbox", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: instructions(s.view),
-		Logger:       s.log,
+		Logger:       s.sdkLog,
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}},
 	})
 	s.addTools()
@@ -174,18 +235,6 @@ type nopWriteCloser struct{ io.Writer }
 
 func (nopWriteCloser) Close() error { return nil }
 
-// Handler returns the streamable HTTP transport for this server. It does
-// no authentication: airlock mcp wraps it with a bearer-token check
-// (internal/httpauth). Each MCP client session gets
-// its own sandbox, closed when the client ends the session or it stays
-// idle for Config.IdleTimeout.
-func (s *Server) Handler() http.Handler {
-	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, &sdk.StreamableHTTPOptions{
-		Logger:         s.log,
-		SessionTimeout: s.cfg.IdleTimeout,
-	})
-}
-
 // Close ends every sandbox session and refuses new ones. It is idempotent.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -207,6 +256,10 @@ var errServerClosed = errors.New("the airlock server is shutting down: no new sa
 
 // errTooMany is returned when MaxSessions sandboxes are already alive.
 var errTooMany = errors.New("too many sandbox sessions are open on this server: end another MCP session and retry")
+
+// errTokenFull is returned when the token's MCP sessions hold
+// MaxSessionsPerToken sandboxes already.
+var errTokenFull = errors.New("this token's MCP sessions already hold as many sandboxes as it may have: end one of those sessions and retry")
 
 // errNoSandbox is the public message when a sandbox cannot start; the
 // reason, which may name host paths, goes to the log only.
@@ -230,6 +283,7 @@ func (s *Server) current(ss *sdk.ServerSession) Session {
 // policy on first use. A failed start is not remembered: the next call
 // tries again.
 func (s *Server) sandboxFor(ss *sdk.ServerSession) (Session, error) {
+	owner := s.ownerOf(ss)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -237,7 +291,7 @@ func (s *Server) sandboxFor(ss *sdk.ServerSession) (Session, error) {
 	}
 	sl := s.slots[ss]
 	if sl == nil {
-		sl = &slot{}
+		sl = &slot{owner: owner}
 		s.slots[ss] = sl
 		if ss != nil {
 			s.reaping.Add(1)
@@ -256,7 +310,12 @@ func (s *Server) sandboxFor(ss *sdk.ServerSession) (Session, error) {
 		s.mu.Unlock()
 		return nil, errTooMany
 	}
+	if sl.owner >= 0 && s.sandboxes[sl.owner] >= s.perToken {
+		s.mu.Unlock()
+		return nil, errTokenFull
+	}
 	s.starting++
+	s.sandboxes[sl.owner]++
 	s.mu.Unlock()
 
 	sess, err := s.cfg.NewSession(s.base, s.cfg.Policy)
@@ -269,6 +328,8 @@ func (s *Server) sandboxFor(ss *sdk.ServerSession) (Session, error) {
 	stale := s.closed || s.slots[ss] != sl
 	if err == nil && !stale {
 		s.open++
+	} else {
+		s.dropSandboxLocked(sl.owner)
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -320,6 +381,14 @@ func (s *Server) closeSlot(sl *slot) error {
 	sl.s = nil
 	s.mu.Lock()
 	s.open--
+	s.dropSandboxLocked(sl.owner)
 	s.mu.Unlock()
 	return err
+}
+
+// dropSandboxLocked uncounts a sandbox of owner. s.mu is held.
+func (s *Server) dropSandboxLocked(owner int) {
+	if s.sandboxes[owner]--; s.sandboxes[owner] <= 0 {
+		delete(s.sandboxes, owner)
+	}
 }

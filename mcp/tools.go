@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/denial"
+	"github.com/airlock-sandbox/airlock/internal/termtext"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -270,6 +271,9 @@ func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in Read
 	if in.Path == "" {
 		return nil, ReadFileOutput{}, errors.New("read_file: path is empty: give the file to read")
 	}
+	if err := checkName("read_file", in.Path); err != nil {
+		return nil, ReadFileOutput{}, err
+	}
 	sess, err := s.sandboxFor(req.Session)
 	if err != nil {
 		return nil, ReadFileOutput{}, err
@@ -293,6 +297,9 @@ func (s *Server) readFile(ctx context.Context, req *sdk.CallToolRequest, in Read
 func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in WriteFileInput) (*sdk.CallToolResult, WriteFileOutput, error) {
 	if in.Path == "" {
 		return nil, WriteFileOutput{}, errors.New("write_file: path is empty: give the file to write")
+	}
+	if err := checkName("write_file", in.Path); err != nil {
+		return nil, WriteFileOutput{}, err
 	}
 	data := []byte(in.Content)
 	switch in.Encoding {
@@ -318,7 +325,15 @@ func (s *Server) writeFile(ctx context.Context, req *sdk.CallToolRequest, in Wri
 	return nil, WriteFileOutput{Path: in.Path, Bytes: len(data)}, nil
 }
 
+// MaxListEntries is the most entries list_files returns: a folder the
+// sandbox made can be of any size, and the listing is held in the server's
+// memory and then in the model's context.
+const MaxListEntries = 1000
+
 func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in ListFilesInput) (*sdk.CallToolResult, ListFilesOutput, error) {
+	if err := checkName("list_files", in.Path); err != nil {
+		return nil, ListFilesOutput{}, err
+	}
 	sess, err := s.sandboxFor(req.Session)
 	if err != nil {
 		return nil, ListFilesOutput{}, err
@@ -329,16 +344,22 @@ func (s *Server) listFiles(ctx context.Context, req *sdk.CallToolRequest, in Lis
 			return nil, ListFilesOutput{}, errors.New("list_files: this session has no workspace (no fs_write grant): give a path inside fs_read")
 		}
 	}
-	entries, err := sess.Guard().List(dir)
+	entries, more, err := sess.Guard().ListN(dir, MaxListEntries)
 	if err != nil {
 		if r, ok := denial.Of(err, "list", dir, s.cfg.Policy); ok {
 			return s.deniedResult(r), ListFilesOutput{Denied: &r.Denial, Operator: s.operator(r)}, nil
 		}
 		return nil, ListFilesOutput{}, s.fileError("list_files", err)
 	}
-	out := ListFilesOutput{Path: dir, Entries: make([]FileEntry, 0, len(entries))}
+	out := ListFilesOutput{Path: dir, Entries: make([]FileEntry, 0, len(entries)), Truncated: more}
 	for _, e := range entries {
-		out.Entries = append(out.Entries, FileEntry{Name: e.Name, Dir: e.Dir, Size: e.Size, Mode: e.Mode.String()})
+		fe := FileEntry{Name: e.Name, Dir: e.Dir, Size: e.Size, Mode: e.Mode.String()}
+		if !termtext.AllPrintable(e.Name) {
+			// Made in the sandbox: shown escaped, never raw (at most 4
+			// bytes for each byte of the name).
+			fe.Name, fe.Escaped = termtext.Escape(e.Name, 4*len(e.Name)), true
+		}
+		out.Entries = append(out.Entries, fe)
 	}
 	return nil, out, nil
 }
@@ -373,6 +394,17 @@ func (s *Server) sessionInfo(ctx context.Context, req *sdk.CallToolRequest, _ Se
 		out.Workspace = ws[0]
 	}
 	return nil, out, nil
+}
+
+// checkName refuses a path that is not printable UTF-8 (control or format
+// characters, escape sequences, bidi overrides, bytes that are not UTF-8):
+// it would name a file on the host that the operator cannot read safely.
+// The message shows it escaped.
+func checkName(tool, p string) error {
+	if termtext.AllPrintable(p) {
+		return nil
+	}
+	return fmt.Errorf("%s: path \"%s\" has a character that is not printable (a control or format character, or bytes that are not UTF-8; shown escaped): use names of printable UTF-8 characters", tool, termtext.Field(p))
 }
 
 // fileError turns a guard error that is not a denial into a tool error.

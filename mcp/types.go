@@ -71,18 +71,21 @@ type ListFilesInput struct {
 
 // FileEntry is one directory entry. Symlinks are listed as themselves.
 type FileEntry struct {
-	Name string `json:"name"`
-	Dir  bool   `json:"dir,omitempty"`
-	Size int64  `json:"size"`
-	Mode string `json:"mode" jsonschema:"type and permission bits, e.g. -rw-r--r--"`
+	Name    string `json:"name"`
+	Dir     bool   `json:"dir,omitempty"`
+	Size    int64  `json:"size"`
+	Mode    string `json:"mode" jsonschema:"type and permission bits, e.g. -rw-r--r--"`
+	Escaped bool   `json:"escaped,omitempty" jsonschema:"the name has characters that are not printable UTF-8 and is shown escaped (\\x1b, \\u202e, \\xff); the file tools cannot name it"`
 }
 
 // ListFilesOutput is the result of list_files.
 type ListFilesOutput struct {
-	Path     string        `json:"path,omitempty" jsonschema:"the directory listed"`
-	Entries  []FileEntry   `json:"entries,omitempty" jsonschema:"the entries, sorted by name"`
-	Denied   *api.Denial   `json:"denied,omitempty" jsonschema:"set when the listing was refused"`
-	Operator *api.Operator `json:"operator,omitempty" jsonschema:"advice for the operator, present only with --agent-advice"`
+	Path    string      `json:"path,omitempty" jsonschema:"the directory listed"`
+	Entries []FileEntry `json:"entries,omitempty" jsonschema:"the entries, sorted by name"`
+	// Truncated is set when the directory holds more than MaxListEntries.
+	Truncated bool          `json:"truncated,omitempty" jsonschema:"the directory has more entries than a listing holds (1000); these are some of them"`
+	Denied    *api.Denial   `json:"denied,omitempty" jsonschema:"set when the listing was refused"`
+	Operator  *api.Operator `json:"operator,omitempty" jsonschema:"advice for the operator, present only with --agent-advice"`
 }
 
 // SessionInfoInput is the (empty) arguments of session_info.

@@ -6,9 +6,19 @@
 // Every request but GET /v1/health and GET /v1/openapi.yaml needs a bearer
 // token, compared in constant time; sessions belong to the token that made
 // them and are invisible to every other token. Each token may hold a bounded
-// number of sessions, request bodies are capped before they are read, and
-// every error is a JSON object {"error":{"code","message"}} that carries
-// only public text: host details and internal errors go to the log.
+// number of sessions, each session runs a bounded number of execs, request
+// bodies are capped before they are read, and every error is a JSON object
+// {"error":{"code","message"}} that carries only public text: host details
+// and internal errors go to the log.
+//
+// The server runs outside every sandbox's cgroup, so what it holds for one
+// client all clients share: every request body and download is a transfer,
+// bounded in count and bytes per token and in total (transfer.go), refused
+// with 429 before its body is read; uploads and downloads pass through
+// unlinked spool files, never memory, and an upload reaches the sandbox
+// only once it has arrived whole. File paths must be printable UTF-8
+// (400 bad_path otherwise), and names in listings that are not are sent
+// escaped and marked.
 //
 // Token holders are tenants, not operators: every session policy must lie
 // within the token's ceiling (Config.Ceiling, Config.TokenCeilings), and
@@ -21,7 +31,9 @@
 // environment variables, one caller from reaching another's sessions, path tricks ("..", absolute paths, symlinks
 // inside a grant) from reaching files outside the session's grants (the
 // guard resolves beneath the grant root and the refusal is a 403 with a
-// structured denial), oversized bodies from exhausting memory, and idle or
+// structured denial), oversized, slow or numerous bodies and downloads
+// from exhausting memory or starving other tenants, file names with
+// control characters from reaching the host, and idle or
 // abandoned sessions from living on: they end at their deadline, after the
 // idle timeout, or when the server shuts down. Denials carry a hint (what
 // to do within the grants); the policy change that would allow one widens

@@ -38,8 +38,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // writeError sends e as {"error":{...}}.
 func writeError(w http.ResponseWriter, e *api.Error) {
-	if e.Status == http.StatusUnauthorized {
+	switch {
+	case e.Status == http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+	case e.Code == "server_busy":
+		w.Header().Set("Retry-After", "1") // it lasts as long as other clients' transfers
 	}
 	writeJSON(w, e.Status, api.ErrorBody{Error: e})
 }

@@ -113,6 +113,7 @@ type env struct {
 	t     *testing.T
 	srv   *server.Server
 	ts    *httptest.Server
+	reads *airtest.ReadCounter // counts the bytes the server read from each connection
 	clock *airtest.FakeClock
 
 	mu    sync.Mutex
@@ -173,7 +174,10 @@ func newEnvNoCeiling(t *testing.T, cfg server.Config) *env {
 		t.Fatalf("server.New: %v", err)
 	}
 	e.srv = srv
-	e.ts = httptest.NewServer(srv)
+	e.ts = httptest.NewUnstartedServer(srv)
+	e.reads = airtest.CountReads(e.ts.Listener)
+	e.ts.Listener = e.reads
+	e.ts.Start()
 	t.Cleanup(func() {
 		e.ts.Close()
 		if err := srv.Shutdown(context.Background()); err != nil {

@@ -13,16 +13,22 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/httpauth"
+	"github.com/airlock-sandbox/airlock/internal/inflight"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
 // Defaults for the zero fields of Config.
 const (
-	DefaultMaxSessions = 8
-	DefaultIdle        = 10 * time.Minute
-	DefaultMaxUpload   = 32 << 20
-	DefaultMaxJSON     = 1 << 20
+	DefaultMaxSessions           = 8
+	DefaultIdle                  = 10 * time.Minute
+	DefaultMaxUpload             = 32 << 20
+	DefaultMaxJSON               = 1 << 20
+	DefaultMaxTransfers          = 8
+	DefaultMaxTransfersTotal     = 64
+	DefaultMaxTransferBytes      = 256 << 20
+	DefaultMaxTransferBytesTotal = 1 << 30
+	DefaultMaxExecs              = 8
 )
 
 // Config describes one API server. The zero Config is not usable: New
@@ -93,6 +99,35 @@ type Config struct {
 	// DefaultMaxJSON.
 	MaxJSON int64
 
+	// MaxTransfers is how many transfers one token may have in flight at
+	// once: request bodies being received (uploads, JSON) and downloads
+	// being sent. Beyond it a request is refused with 429 quota_exceeded
+	// before its body is read. Zero means DefaultMaxTransfers.
+	MaxTransfers int
+
+	// MaxTransfersTotal is MaxTransfers for all tokens together; beyond it
+	// a request is refused with 429 server_busy. Zero means
+	// DefaultMaxTransfersTotal, or MaxTransfers if that is more.
+	MaxTransfersTotal int
+
+	// MaxTransferBytes is how many bytes one token's transfers in flight
+	// may hold together: an upload counts its declared Content-Length from
+	// the start (or its bytes as they arrive when it declares none), a
+	// download its bytes as they are read. Uploads and downloads are
+	// spooled to files in the server's folder of workspaces, never held in
+	// memory; JSON bodies are held while they are decoded. Zero means
+	// DefaultMaxTransferBytes, or MaxUpload or MaxJSON if more.
+	MaxTransferBytes int64
+
+	// MaxTransferBytesTotal is MaxTransferBytes for all tokens together.
+	// Zero means DefaultMaxTransferBytesTotal, or MaxTransferBytes if that
+	// is more.
+	MaxTransferBytesTotal int64
+
+	// MaxExecs is how many execs one session runs at once; one more is
+	// refused with 429 quota_exceeded. Zero means DefaultMaxExecs.
+	MaxExecs int
+
 	// Logger receives request and session logs, with the details that
 	// clients are not shown. Nil discards them.
 	Logger *slog.Logger
@@ -119,7 +154,8 @@ type Server struct {
 	clock     budget.Clock
 	mux       *http.ServeMux
 	ws        *workspaces
-	baseCtx   context.Context // sessions live at most as long as it
+	transfers *inflight.Limiter // request bodies and downloads in flight
+	baseCtx   context.Context   // sessions live at most as long as it
 	cancel    context.CancelFunc
 	sessionWG sync.WaitGroup // watchers of live sessions
 
@@ -142,7 +178,8 @@ func New(cfg Config) (*Server, error) {
 	if len(cfg.Tokens) == 0 && !cfg.InsecureNoAuth {
 		return nil, errors.New("server: new: no token: give at least one token, or set InsecureNoAuth for a loopback-only server")
 	}
-	if cfg.MaxSessions < 0 || cfg.Idle < 0 || cfg.MaxUpload < 0 || cfg.MaxJSON < 0 {
+	if cfg.MaxSessions < 0 || cfg.Idle < 0 || cfg.MaxUpload < 0 || cfg.MaxJSON < 0 || cfg.MaxExecs < 0 ||
+		cfg.MaxTransfers < 0 || cfg.MaxTransfersTotal < 0 || cfg.MaxTransferBytes < 0 || cfg.MaxTransferBytesTotal < 0 {
 		return nil, errors.New("server: new: negative limit: use zero for the default or a positive value")
 	}
 	if len(cfg.TokenCeilings) > len(cfg.Tokens) {
@@ -164,6 +201,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.cfg.MaxJSON == 0 {
 		s.cfg.MaxJSON = DefaultMaxJSON
+	}
+	if s.cfg.MaxExecs == 0 {
+		s.cfg.MaxExecs = DefaultMaxExecs
+	}
+	if s.transfers, err = newTransfers(&s.cfg); err != nil {
+		return nil, err
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,48 +52,6 @@ func setDeadlines(w http.ResponseWriter, read, write time.Duration) {
 	}
 }
 
-// decodeJSON reads one JSON object of at most max bytes into v, refusing
-// unknown fields and trailing data.
-func decodeJSON(w http.ResponseWriter, r *http.Request, max int64, v any) *api.Error {
-	if r.ContentLength > max {
-		return tooLarge(max)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("more than one JSON value")
-	}
-	if err == nil {
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errors.New("trailing data after the JSON object")
-		}
-	}
-	var mbe *http.MaxBytesError
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &mbe):
-		return tooLarge(max)
-	case errors.Is(err, io.EOF):
-		return errorf(http.StatusBadRequest, "bad_json", "empty body: send a JSON object")
-	case errors.As(err, &se):
-		return errorf(http.StatusBadRequest, "bad_json", "malformed JSON at byte "+strconv.FormatInt(se.Offset, 10)+": "+se.Error())
-	case errors.As(err, &te):
-		return errorf(http.StatusBadRequest, "bad_json", "wrong JSON type for field "+strconv.Quote(te.Field)+": want "+te.Type.String())
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return errorf(http.StatusBadRequest, "bad_json", "truncated JSON body: send a complete object")
-	}
-	// Unknown fields and the rest: encoding/json messages hold only input.
-	return errorf(http.StatusBadRequest, "bad_json", "bad JSON request: "+err.Error())
-}
-
-func tooLarge(max int64) *api.Error {
-	return errorf(http.StatusRequestEntityTooLarge, "body_too_large", "request body is larger than "+strconv.FormatInt(max, 10)+" bytes: send less")
-}
-
 // createRequest is the body of POST /v1/sessions: exactly one of Policy (the
 // YAML or JSON text of a policy) and PolicyName.
 type createRequest struct {
@@ -105,7 +62,7 @@ type createRequest struct {
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request, owner int) {
 	setDeadlines(w, jsonTimeout, 0)
 	var req createRequest
-	if ae := decodeJSON(w, r, s.cfg.MaxJSON, &req); ae != nil {
+	if ae := s.decodeJSON(w, r, owner, &req); ae != nil {
 		writeError(w, ae)
 		return
 	}
@@ -351,7 +308,7 @@ type extendRequest struct {
 func (s *Server) extendSession(w http.ResponseWriter, r *http.Request, owner int) {
 	setDeadlines(w, jsonTimeout, jsonTimeout)
 	var req extendRequest
-	if ae := decodeJSON(w, r, s.cfg.MaxJSON, &req); ae != nil {
+	if ae := s.decodeJSON(w, r, owner, &req); ae != nil {
 		writeError(w, ae)
 		return
 	}
@@ -383,98 +340,4 @@ func (s *Server) destroySession(w http.ResponseWriter, r *http.Request, owner in
 	s.release(e)
 	s.end(e, endDestroyed)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (s *Server) exec(w http.ResponseWriter, r *http.Request, owner int) {
-	setDeadlines(w, jsonTimeout, 0)
-	var req api.ExecBody
-	if ae := decodeJSON(w, r, s.cfg.MaxJSON, &req); ae != nil {
-		writeError(w, ae)
-		return
-	}
-	// The exec may outlive the body's deadline; the connection must not.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // unsupported by test recorders
-	if len(req.Args) == 0 || req.Args[0] == "" {
-		writeError(w, errorf(http.StatusBadRequest, "bad_request", "no command: send \"args\" with the command first, e.g. [\"python3\", \"job.py\"]"))
-		return
-	}
-	var timeout time.Duration
-	if req.Timeout != "" {
-		d, err := time.ParseDuration(req.Timeout)
-		if err != nil || d <= 0 {
-			writeError(w, errorf(http.StatusBadRequest, "bad_request", "timeout "+strconv.Quote(req.Timeout)+" is not a positive Go duration: use e.g. \"30s\""))
-			return
-		}
-		timeout = d
-	}
-	stream, err := strconv.ParseBool(orDefault(r.URL.Query().Get("stream"), "0"))
-	if err != nil {
-		writeError(w, errorf(http.StatusBadRequest, "bad_request", "stream must be 1 or 0"))
-		return
-	}
-	e, ae := s.acquire(owner, r.PathValue("id"))
-	if ae != nil {
-		writeError(w, ae)
-		return
-	}
-	defer s.release(e)
-
-	xr := api.ExecRequest{Args: req.Args, Dir: req.Dir, Env: req.Env, PTY: req.PTY, Timeout: timeout}
-	if req.Stdin != "" {
-		xr.Stdin = strings.NewReader(req.Stdin)
-	}
-	var es *eventStream
-	if stream {
-		es = newEventStream(w)
-		xr.Stdout, xr.Stderr = es.writer("stdout"), es.writer("stderr")
-	}
-	rep, err := e.sess.Exec(r.Context(), xr)
-	var fail *api.Error
-	switch {
-	case err != nil:
-		fail = s.execError(e, err)
-	case rep == nil:
-		s.log.Error("airlock bug: exec returned neither a report nor an error", "session", e.id)
-		fail = errorf(http.StatusInternalServerError, "internal", "internal error: the server log has the details")
-	case !s.cfg.AgentAdvice && rep.Operator != nil:
-		// The report's operator field names the policy changes that would
-		// allow its denials: the operator's advice, not the client's. The
-		// session's report stays as it was.
-		cp := *rep
-		cp.Operator = nil
-		rep = &cp
-	}
-	if es != nil {
-		es.finish(rep, fail)
-		return
-	}
-	setDeadlines(w, 0, jsonTimeout)
-	if fail != nil {
-		writeError(w, fail)
-		return
-	}
-	writeJSON(w, http.StatusOK, api.ExecResult{Report: rep})
-}
-
-// execError turns an Exec error into a public one.
-func (s *Server) execError(e *entry, err error) *api.Error {
-	if errors.Is(err, api.ErrSessionClosed) {
-		s.end(e, endDeadline)
-		s.mu.Lock()
-		reason := s.ended.byID[e.id].reason
-		s.mu.Unlock()
-		return &api.Error{Status: http.StatusGone, Code: "session_ended", Message: "session ended (" + reason + "): create a new session"}
-	}
-	s.log.Info("exec refused", "session", e.id, "err", err)
-	// Exec errors other than a closed session are misuse of the request:
-	// their text is about the args, dir and env the client sent.
-	return errorf(http.StatusBadRequest, "bad_exec", err.Error())
-}
-
-// orDefault returns v, or def when v is empty.
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

@@ -32,6 +32,7 @@ type entry struct {
 	// The fields below are guarded by Server.mu.
 	lastUse time.Time // when a request last began or finished using it
 	busy    int       // requests using it now; a busy session is never idle
+	execs   int       // execs running in it now, at most Config.MaxExecs
 }
 
 // tombstone records an ended session so that its id answers 410, not 404.

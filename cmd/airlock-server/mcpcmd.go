@@ -36,6 +36,15 @@ airlock serve reads it: one token per line, blank lines and lines starting
 with # skipped; a file holding one token is such a file. Without a token
 it serves only with --insecure-no-auth and on a loopback address.
 
+Over HTTP each token is a tenant. An MCP session belongs to the token that
+created it: another token presenting its Mcp-Session-Id gets the answer of
+an unknown id, and the log shows sessions only by a short hash of their
+id. A token holds at most --max-sessions-per-token sandboxes (default: an
+even share of --max-sessions) and --max-clients-per-token MCP sessions
+(default: twice that); one more is refused (a tool error, or 429 at
+connect) until one ends or idles out. At most 8 request bodies of a token,
+32 of all clients, each at most 4 MiB, are read at once; more get 429.
+
 Advice is the operator's. A denial in a tool result says what was refused
 and why, and what the agent can do within its grants (its hint). The
 policy change that would allow it (add "evil.example:443" to net_hosts)
@@ -56,6 +65,8 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	tokenFile := fs.String("token-file", "", "read the HTTP bearer tokens from `FILE`, one per line (default: $AIRLOCK_TOKEN)")
 	noAuth := fs.Bool("insecure-no-auth", false, "serve HTTP without a token; only on a loopback ADDR")
 	maxSessions := fs.Int("max-sessions", 0, "sandboxes alive at once across HTTP clients (default 8); a client beyond it is refused until one ends")
+	perToken := fs.Int("max-sessions-per-token", 0, "HTTP: sandboxes one token's MCP sessions may hold at once (default: --max-sessions shared evenly among the tokens, at least 1)")
+	perClient := fs.Int("max-clients-per-token", 0, "HTTP: MCP sessions one token may hold at once (default: twice --max-sessions-per-token)")
 	idle := fs.Duration("idle", 10*time.Minute, "HTTP: end a client's session, and its sandbox, after this long without a request (a client that crashed holds its slot until then)")
 	lifetime := fs.Duration("session-lifetime", sandbox.DefaultSessionLifetime, "end a sandbox this long after its start unless the agent extends it (extend_session); max_wall bounds each run")
 	maxLifetime := fs.Duration("session-max-lifetime", sandbox.DefaultSessionMaxLifetime, "the latest end extend_session can give a sandbox, from its start")
@@ -101,6 +112,17 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if *warmPool < 0 || *warmPool > sandbox.MaxPoolSize {
 		return fail("--warm-pool %d: give 0 to %d", *warmPool, sandbox.MaxPoolSize)
 	}
+	if *maxSessions < 0 || *perToken < 0 || *perClient < 0 {
+		return fail("--max-sessions, --max-sessions-per-token and --max-clients-per-token must be positive (or 0 for the default)")
+	}
+	var tokens []string
+	if *listen == "" {
+		if *tokenFile != "" || *noAuth {
+			return fail("--token-file and --insecure-no-auth apply only with --listen")
+		}
+	} else if tokens, err = mcpTokens(*listen, *tokenFile, *noAuth); err != nil {
+		return fail("%v", err)
+	}
 	var pool *sandbox.Pool
 	if *warmPool > 0 {
 		if pool, err = sandbox.NewPool(sandbox.PoolConfig{Size: *warmPool, Logger: logger}); err != nil {
@@ -110,6 +132,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := mcp.Config{Policy: p, Dir: pf.Cwd(), MaxSessions: *maxSessions, Version: cli.Version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
 		IdleTimeout: *idle, ProgressInterval: *progress,
+		Tokens: tokens, InsecureNoAuth: *noAuth, MaxSessionsPerToken: *perToken, MaxClientsPerToken: *perClient,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
 			s, err := sandbox.NewSession(ctx, sandbox.Config{Policy: p, Audit: sink, Logger: logger, FSAudit: *fsAudit, AgentAdvice: *agentAdvice,
 				SessionLifetime: *lifetime, SessionMaxLifetime: *maxLifetime, Pool: pool})
@@ -127,19 +150,13 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 
 	if *listen == "" {
-		if *tokenFile != "" || *noAuth {
-			return fail("--token-file and --insecure-no-auth apply only with --listen")
-		}
 		if err := srv.ServeIO(ctx, os.Stdin, stdout); err != nil {
 			return fail("%v", err)
 		}
 		return cli.ExitOK
 	}
 
-	h, err := authHandler(srv.Handler(), *listen, *tokenFile, *noAuth)
-	if err != nil {
-		return fail("%v", err)
-	}
+	h := srv.Handler()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fail("listen: %v", err)
@@ -149,7 +166,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		return fail("--insecure-no-auth: %s resolved to %s, which is not a loopback address: listen on 127.0.0.1 or [::1]", *listen, ln.Addr())
 	}
 	fmt.Fprintf(stderr, "airlock mcp: serving MCP (streamable HTTP) on http://%s\n", ln.Addr())
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -162,12 +179,12 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	return cli.ExitOK
 }
 
-// authHandler puts the bearer-token check in front of h, or refuses to
-// serve without one unless the operator opted out on a loopback address.
-// The tokens come from the token file, in the format airlock serve reads
-// (one per line, # comments; a file holding a single token is one such
-// line), else from AIRLOCK_TOKEN.
-func authHandler(h http.Handler, addr, tokenFile string, noAuth bool) (http.Handler, error) {
+// mcpTokens returns the bearer tokens of airlock mcp --listen, or refuses
+// to serve without one unless the operator opted out on a loopback
+// address. The tokens come from the token file, in the format airlock serve
+// reads (one per line, # comments; a file holding a single token is one
+// such line), else from AIRLOCK_TOKEN. Errors never show a token.
+func mcpTokens(addr, tokenFile string, noAuth bool) ([]string, error) {
 	entries, err := serveTokens(tokenFile, os.Getenv("AIRLOCK_TOKEN"))
 	if err != nil {
 		return nil, err
@@ -183,15 +200,14 @@ func authHandler(h http.Handler, addr, tokenFile string, noAuth bool) (http.Hand
 	case len(list) > 0 && noAuth:
 		return nil, errors.New("a token and --insecure-no-auth were both given: choose one")
 	case len(list) > 0:
-		toks, err := httpauth.NewTokens(list)
-		if err != nil {
+		if _, err := httpauth.NewTokens(list); err != nil {
 			return nil, fmt.Errorf("bearer token: %w", err)
 		}
-		return toks.Require(h), nil
+		return list, nil
 	case !noAuth:
 		return nil, errors.New("--listen needs a bearer token: give --token-file FILE or set AIRLOCK_TOKEN (or --insecure-no-auth on a loopback address)")
 	case !httpauth.IsLoopback(addr):
 		return nil, fmt.Errorf("--insecure-no-auth on %q: only loopback addresses (127.0.0.1, ::1, localhost) may serve without a token", addr)
 	}
-	return h, nil
+	return nil, nil
 }

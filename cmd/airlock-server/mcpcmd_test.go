@@ -1,20 +1,39 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/mcp"
+	"github.com/airlock-sandbox/airlock/policy"
 )
+
+// mcpHandler is the HTTP handler airlock mcp --listen serves with tokens.
+func mcpHandler(t *testing.T, tokens []string) http.Handler {
+	t.Helper()
+	srv, err := mcp.New(mcp.Config{Policy: policy.Default(), Tokens: tokens,
+		NewSession: func(context.Context, *policy.Policy) (mcp.Session, error) {
+			return nil, errors.New("no sandbox in this test")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv.Handler()
+}
 
 // TestMCPTokenFile: airlock mcp --listen reads the token file as airlock
 // serve does, and the files it read before (one token, with or without a
-// line end) still work; only the token it names opens the handler.
+// line end) still work; only the tokens it names get past the handler's
+// check (to the MCP transport, which answers a bare POST 415).
 func TestMCPTokenFile(t *testing.T) {
 	const tok, other = "mcp-token-0123456789abcdef", "other-token-0123456789abcdef"
-	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	for _, tt := range []struct{ name, text string }{
 		{"old-no-newline", tok},
 		{"old-newline", tok + "\n"},
@@ -27,11 +46,12 @@ func TestMCPTokenFile(t *testing.T) {
 			if err := os.WriteFile(file, []byte(tt.text), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			h, err := authHandler(ok, "0.0.0.0:8808", file, false)
+			tokens, err := mcpTokens("0.0.0.0:8808", file, false)
 			if err != nil {
-				t.Fatalf("authHandler(%q) = %v", tt.text, err)
+				t.Fatalf("mcpTokens(%q) = %v", tt.text, err)
 			}
-			for header, want := range map[string]int{"Bearer " + tok: http.StatusTeapot, "": http.StatusUnauthorized, "Bearer " + tok + "x": http.StatusUnauthorized, "Bearer # agents": http.StatusUnauthorized} {
+			h := mcpHandler(t, tokens)
+			for header, want := range map[string]int{"Bearer " + tok: http.StatusUnsupportedMediaType, "": http.StatusUnauthorized, "Bearer " + tok + "x": http.StatusUnauthorized, "Bearer # agents": http.StatusUnauthorized} {
 				r := httptest.NewRequest("POST", "/", nil)
 				if header != "" {
 					r.Header.Set("Authorization", header)
@@ -75,9 +95,9 @@ func TestMCPAuthRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("AIRLOCK_TOKEN", tt.env)
-			_, err := authHandler(http.NotFoundHandler(), tt.addr, tt.file, tt.noAuth)
+			_, err := mcpTokens(tt.addr, tt.file, tt.noAuth)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("authHandler = %v, want an error saying %q", err, tt.want)
+				t.Fatalf("mcpTokens = %v, want an error saying %q", err, tt.want)
 			}
 			if strings.Contains(err.Error(), secret) {
 				t.Errorf("error shows the token: %v", err)
@@ -85,7 +105,7 @@ func TestMCPAuthRefusals(t *testing.T) {
 		})
 	}
 	t.Setenv("AIRLOCK_TOKEN", "")
-	if _, err := authHandler(http.NotFoundHandler(), "[::1]:8808", "", true); err != nil {
+	if _, err := mcpTokens("[::1]:8808", "", true); err != nil {
 		t.Errorf("--insecure-no-auth on [::1] = %v, want it allowed", err)
 	}
 }

@@ -66,6 +66,20 @@ The token file holds one token per line; blank lines and lines starting
 with # are skipped. A line "TOKEN ceiling=FILE" gives that token its own
 ceiling in place of --ceiling (FILE relative to the token file's folder).
 
+What clients hold in the server is bounded, per token and in total: the
+server runs outside every sandbox's cgroup, so what one client makes it
+hold, every client shares. Request bodies being received (uploads and
+JSON) and downloads being sent are transfers: at most --max-transfers per
+token and --max-transfers-total in all, holding at most
+--max-transfer-bytes per token and --max-transfer-bytes-total in all (an
+upload counts its Content-Length from the start). Beyond a token's limit a
+request gets 429 quota_exceeded before its body is read, beyond the
+server's 429 server_busy with Retry-After. Uploads and downloads pass
+through unlinked files in the server's folder in --workspace-dir, never
+its memory, so that folder's disk holds up to --max-transfer-bytes-total;
+an upload reaches the session only once it has arrived whole. Each session
+runs at most --max-execs execs at once. File paths must be printable UTF-8.
+
 File descriptors: a quarter of RLIMIT_NOFILE (at least 256) is kept for
 the API; the rest is shared evenly by the most sessions that can be live
 (--max-sessions per token), and caps the connections each session's
@@ -93,6 +107,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	lifetime := fs.Duration("session-lifetime", sandbox.DefaultSessionLifetime, "end a session this long after its start unless a client extends it (POST /v1/sessions/{id}/extend); the policy's max_wall bounds each exec")
 	maxLifetime := fs.Duration("session-max-lifetime", sandbox.DefaultSessionMaxLifetime, "the latest end an extension can give a session, counted from its start")
 	maxBody := fs.String("max-body", "32MiB", "largest file upload, e.g. 32MiB")
+	maxTransfers := fs.Int("max-transfers", server.DefaultMaxTransfers, "request bodies and downloads one token may have in flight at once (see above)")
+	maxTransfersTotal := fs.Int("max-transfers-total", server.DefaultMaxTransfersTotal, "request bodies and downloads in flight at once, all tokens together")
+	maxTransferBytes := fs.String("max-transfer-bytes", "256MiB", "bytes one token's transfers in flight may hold together; at least --max-body (unset: 256MiB, or --max-body if more)")
+	maxTransferBytesTotal := fs.String("max-transfer-bytes-total", "1GiB", "bytes all transfers in flight may hold together, on the disk of --workspace-dir (unset: 1GiB, or --max-transfer-bytes if more)")
+	maxExecs := fs.Int("max-execs", server.DefaultMaxExecs, "execs one session runs at once")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://`ADDR`/metrics, without a token (bind it where only your Prometheus reaches: it counts every tenant's sessions); default: no metrics")
 	logFormat := fs.String("log-format", "text", "`FORMAT` of the log on stderr: text, or json (one object a line, with the run id of each sandbox's records)")
 	auditFile := fs.String("audit", "", "append audit events (JSON lines) to `FILE`")
@@ -118,8 +137,26 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil || maxUpload <= 0 {
 		return fail("--max-body %q: give a positive size such as 32MiB", *maxBody)
 	}
-	if *maxSessions <= 0 || *idle <= 0 {
-		return fail("--max-sessions and --idle must be positive")
+	if *maxSessions <= 0 || *idle <= 0 || *maxExecs <= 0 || *maxTransfers <= 0 || *maxTransfersTotal <= 0 {
+		return fail("--max-sessions, --idle, --max-execs, --max-transfers and --max-transfers-total must be positive")
+	}
+	transferBytes, err := policy.ParseSize(*maxTransferBytes)
+	if err != nil || transferBytes <= 0 {
+		return fail("--max-transfer-bytes %q: give a positive size such as 256MiB", *maxTransferBytes)
+	}
+	transferBytesTotal, err := policy.ParseSize(*maxTransferBytesTotal)
+	if err != nil || transferBytesTotal <= 0 {
+		return fail("--max-transfer-bytes-total %q: give a positive size such as 1GiB", *maxTransferBytesTotal)
+	}
+	// Unset, they follow --max-body up (server.Config's zero values);
+	// given, they are checked against it.
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["max-transfer-bytes"] {
+		transferBytes = 0
+	}
+	if !given["max-transfer-bytes-total"] {
+		transferBytesTotal = 0
 	}
 	if *warmPool < 0 || *warmPool > sandbox.MaxPoolSize {
 		return fail("--warm-pool %d: give 0 to %d", *warmPool, sandbox.MaxPoolSize)
@@ -240,8 +277,14 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		MaxSessions:    *maxSessions,
 		Idle:           *idle,
 		MaxUpload:      maxUpload,
+		MaxExecs:       *maxExecs,
 		Logger:         log,
-		AgentAdvice:    *agentAdvice,
+
+		MaxTransfers:          *maxTransfers,
+		MaxTransfersTotal:     *maxTransfersTotal,
+		MaxTransferBytes:      transferBytes,
+		MaxTransferBytesTotal: transferBytesTotal,
+		AgentAdvice:           *agentAdvice,
 	})
 	if err != nil {
 		return fail("%v", err)

@@ -97,3 +97,31 @@ func TestServeRefusesBadCeiling(t *testing.T) {
 		})
 	}
 }
+
+// TestServeRefusesBadLimits: airlock serve does not start with transfer or
+// exec limits that are out of range, and says which.
+func TestServeRefusesBadLimits(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bytes-below-body", []string{"--max-transfer-bytes", "1MiB"}, "cannot hold one upload"},
+		{"bytes-below-big-body", []string{"--max-body", "512MiB", "--max-transfer-bytes", "256MiB"}, "cannot hold one upload"},
+		{"total-below-token", []string{"--max-transfers", "9", "--max-transfers-total", "8"}, "less than 9 per token"},
+		{"bytes-total-below-token", []string{"--max-transfer-bytes", "256MiB", "--max-transfer-bytes-total", "64MiB"}, "less than 268435456 per token"},
+		{"zero-transfers", []string{"--max-transfers", "0"}, "--max-transfers"},
+		{"zero-execs", []string{"--max-execs", "0"}, "--max-execs"},
+		{"bad-size", []string{"--max-transfer-bytes", "lots"}, "--max-transfer-bytes \"lots\""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a server that starts is killed, and fails the test
+			defer cancel()
+			args := append([]string{"serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--warm-pool", "0"}, tt.args...)
+			out, err := exec.CommandContext(ctx, serverBin, args...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tt.want) || strings.Contains(string(out), "listening") {
+				t.Errorf("airlock serve %q = %v:\n%s\nwant a refusal containing %q", tt.args, err, out, tt.want)
+			}
+		})
+	}
+}

@@ -137,6 +137,24 @@ func marker(cut int) string {
 	return "…[+" + strconv.Itoa(cut) + " bytes]"
 }
 
+// AllPrintable reports whether s is valid UTF-8 and Printable accepts each
+// of its characters: whether Escape leaves it unchanged, at any length.
+// Names a person will read and type (file names that cross an API) are
+// accepted only when it holds.
+func AllPrintable(s string) bool {
+	if plainASCII(s) {
+		return true
+	}
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || !Printable(r) {
+			return false
+		}
+		i += size
+	}
+	return true
+}
+
 // plainASCII reports whether s is printable ASCII only.
 func plainASCII(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -52,6 +52,9 @@ func TestEscape(t *testing.T) {
 			if got := termtext.Escape(tt.in, 100); got != tt.want {
 				t.Errorf("Escape(%q, 100) = %q, want %q", tt.in, got, tt.want)
 			}
+			if got, want := termtext.AllPrintable(tt.in), tt.in == tt.want; got != want {
+				t.Errorf("AllPrintable(%q) = %v, want %v (whether Escape leaves it as it is)", tt.in, got, want)
+			}
 		})
 	}
 }
@@ -154,6 +157,9 @@ func FuzzEscape(f *testing.F) {
 		}
 		if plain && len(s) <= n && got != s {
 			t.Fatalf("Escape(%q, %d) = %q, want it unchanged", s, n, got)
+		}
+		if whole := termtext.Escape(s, 1<<30); termtext.AllPrintable(s) != (whole == s) {
+			t.Fatalf("AllPrintable(%q) = %v, but Escape gives %q", s, termtext.AllPrintable(s), whole)
 		}
 		// Without a backslash in the input and nothing cut, the escapes
 		// decode back to the input: nothing was lost or reordered.
