@@ -92,7 +92,8 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scratch folder: %w (set TMPDIR to a writable folder)", err)
 	}
-	cleanup := func() { removeScratch(scratch) }
+	var as metabroker.Identity // the caller until the sandbox's uid is known
+	cleanup := func() { removeScratch(scratch, as) }
 	pl, err := unsharedPlan(b.pl, b.cfg.Policy, scratch)
 	if err != nil {
 		cleanup()
@@ -115,6 +116,7 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 		}
 		b.pl.IDMap.HostUID, b.pl.IDMap.HostGID = uint32(id.UID), uint32(id.GID)
 		b.sandboxID, b.sandboxGID = id.UID, id.GID
+		as = id.Identity
 	}
 	if err := b.openStageAndLimits(BackendLandlock, func() (*limits, error) { return newLimits(b.pl.Limits, b.sink) }); err != nil {
 		cleanup()
@@ -213,17 +215,27 @@ func watchScratch(b *box, dir string, stop <-chan struct{}) {
 
 // removeScratch removes the scratch folder, making every folder in it
 // ours to list and empty first: the sandbox may have made one unreadable.
-// It never follows a symlink.
-func removeScratch(dir string) {
+// It never follows a symlink; the folders are opened up as the sandbox's
+// uid as (the zero Identity: as the caller), so a path the sandbox swapped
+// for a symlink meanwhile reaches nothing the sandbox could not chmod
+// itself.
+func removeScratch(dir string, as metabroker.Identity) {
 	if os.RemoveAll(dir) == nil {
 		return
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700) // before WalkDir reads it
-		}
-		return nil
-	})
+	chmodAll := func() error {
+		return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = unix.Fchmodat(unix.AT_FDCWD, p, 0o700, unix.AT_SYMLINK_NOFOLLOW) // before WalkDir reads it
+			}
+			return nil
+		})
+	}
+	if as != (metabroker.Identity{}) && os.Geteuid() == 0 {
+		_ = as.Do(chmodAll)
+	} else {
+		_ = chmodAll()
+	}
 	_ = os.RemoveAll(dir)
 }
 

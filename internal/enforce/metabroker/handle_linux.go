@@ -406,7 +406,7 @@ func (b *Broker) chmod(r *request, obj int, where string) unix.Errno {
 	if r.objIsFD {
 		return errno(unix.Fchmod(obj, r.mode))
 	}
-	return errno(fchmodat2Empty(obj, r.mode))
+	return errno(unix.Fchmodat(obj, "", r.mode, unix.AT_EMPTY_PATH)) // fchmodat2(2), Linux 6.6
 }
 
 // xattrAllowed reports whether the sandbox may set or remove the extended
