@@ -48,7 +48,7 @@ type unsharedBackend struct {
 
 // weakerUnshared is what every run of this backend gives up.
 var weakerUnshared = []string{
-	"files: no mount namespace: the host's files outside the grants exist and are denied by Landlock rather than absent, and the system base is the host's own (/usr/lib, /etc/passwd, /etc/hosts)",
+	"files: no mount namespace: the host's files outside the grants exist and are denied by Landlock rather than absent (their names, sizes, times and extended attributes can be read where the sandbox's uid may: Landlock guards contents, not metadata), and the system base is the host's own (/usr/lib, /etc/passwd, /etc/hosts)",
 	"processes: no pid namespace: the host's processes are listed in /proc (what ps shows of them) but cannot be signalled, traced or read (Landlock's scopes); the sandbox's init is a subreaper that kills the whole tree when the run ends",
 	"network: no network namespace: every connect(2) is answered by the supervisor, which connects nothing but the egress proxy; there are no local servers (listen is refused), no UDP and no connects to unix sockets; /proc/net lists the host's sockets",
 	"tools: no noexec mounts: only the command, allowed_tools and the loader can be executed, but the loader can still map a program the sandbox wrote or can read (ld.so FILE), since Landlock restricts execve and not mmap",
@@ -60,7 +60,7 @@ var weakerUnshared = []string{
 // weakerUID is the report's line on the sandbox's uid.
 func weakerUID(id identity) string {
 	if os.Geteuid() != 0 {
-		return fmt.Sprintf("uid: no user namespace: the sandbox runs as airlock's own uid %d, the owner of its files outside the grants too: Landlock keeps it from reading and writing them and the metadata broker from changing their mode, owner, times or extended attributes", id.UID)
+		return fmt.Sprintf("uid: no user namespace: the sandbox runs as airlock's own uid %d, which owns the caller's files outside the grants too: Landlock keeps the sandbox from reading and writing their contents, and the metadata broker from changing their mode, owner, times or extended attributes", id.UID)
 	}
 	return fmt.Sprintf("uid: no user namespace: the sandbox runs as uid %d gid %d (%s), never as root's, with no supplementary groups and every capability dropped; the files it writes belong to that uid", id.UID, id.GID, id.why)
 }
@@ -129,7 +129,7 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	b.enf.Weaker = append(b.enf.Weaker, weakerUnshared...)
 	b.enf.Weaker = append(b.enf.Weaker, weakerUID(id))
 	if brokerErr != nil {
-		b.enf.Weaker = append(b.enf.Weaker, "network and metadata: the supervisor's brokers cannot read the sandbox's calls here ("+brokerErr.Error()+"): every connect(2), and every change of a file's mode, owner, times or extended attributes, is refused, and the refusals are not listed among the denials")
+		b.enf.Weaker = append(b.enf.Weaker, "network and metadata: the supervisor's brokers cannot read every call of the sandbox here ("+brokerErr.Error()+"): every connect(2) is refused, and so is every change of a file's mode, owner, times or extended attributes that the metadata broker cannot read (EACCES), and these refusals are not listed among the denials")
 	}
 	for _, m := range b.pl.Mounts {
 		if m.Writable && !m.File {

@@ -28,6 +28,7 @@ type weakerFacts struct {
 	Hostname      string
 	OutsideStat   bool   // a path outside the grants exists for stat
 	OutsideOpen   string // and opening it fails with this errno name
+	OutsideXattr  string // its user.keep extended attribute, read
 	SeesPid       bool   // the supervisor's pid is listed in /proc
 	KillPid       string // kill(supervisor, 0) errno name
 	Listen        string // listen(2) errno name
@@ -66,6 +67,7 @@ f["Hosts"] = open("/etc/hosts").read()
 f["Hostname"] = socket.gethostname()
 f["OutsideStat"] = err(lambda: os.stat(OUT)) == "ok"
 f["OutsideOpen"] = err(lambda: open(OUT).close())
+f["OutsideXattr"] = os.getxattr(OUT, "user.keep").decode()
 f["SeesPid"] = str(SUP) in os.listdir("/proc")
 f["KillPid"] = err(lambda: os.kill(SUP, 0))
 def listen():
@@ -120,8 +122,8 @@ func TestUnsharedWeakerLinesHold(t *testing.T) {
 	hostname, _ := os.Hostname()
 	checks := map[string]func(line string) error{
 		"files:": func(string) error {
-			return expect(f.OutsideStat && f.OutsideOpen == "EACCES" && f.Hosts == string(hosts),
-				"outside the grants: stat %v, open %s; /etc/hosts is the host's: %v", f.OutsideStat, f.OutsideOpen, f.Hosts == string(hosts))
+			return expect(f.OutsideStat && f.OutsideOpen == "EACCES" && f.OutsideXattr == "v" && f.Hosts == string(hosts),
+				"outside the grants: stat %v, open %s, user.keep %q; /etc/hosts is the host's: %v", f.OutsideStat, f.OutsideOpen, f.OutsideXattr, f.Hosts == string(hosts))
 		},
 		"processes:": func(string) error {
 			return expect(f.SeesPid && f.KillPid == "EPERM", "the supervisor's pid listed %v, kill(pid, 0) %s", f.SeesPid, f.KillPid)
