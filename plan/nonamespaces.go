@@ -146,6 +146,48 @@ const (
 	msgFastOpen   = 0x20000000 // MSG_FASTOPEN: sendto/sendmsg that connects (TCP Fast Open)
 )
 
+// File constants for the profile without namespaces (asm-generic/fcntl.h,
+// linux/stat.h, linux/falloc.h, linux/fs.h, linux/fsverity.h,
+// linux/fscrypt.h), the same on amd64 and arm64. A Linux test of
+// internal/enforce/metabroker checks them against x/sys.
+const (
+	oCreat   = 0o100      // O_CREAT
+	oTmpfile = 0o20000000 // __O_TMPFILE: O_TMPFILE without O_DIRECTORY
+	sISUID   = 0o4000     // S_ISUID
+	sISGID   = 0o2000     // S_ISGID
+
+	fallocKeepSizePunchHole = 0x03 // FALLOC_FL_KEEP_SIZE|FALLOC_FL_PUNCH_HOLE: frees, never allocates
+
+	fsIocSetflags            = 0x40086602 // FS_IOC_SETFLAGS
+	fsIoc32Setflags          = 0x40046602 // FS_IOC32_SETFLAGS
+	fsIocFssetxattr          = 0x401c5820 // FS_IOC_FSSETXATTR
+	fsIocSetversion          = 0x40087602 // FS_IOC_SETVERSION
+	fsIoc32Setversion        = 0x40047602 // FS_IOC32_SETVERSION
+	fsIocEnableVerity        = 0x40806685 // FS_IOC_ENABLE_VERITY
+	fsIocSetEncryptionPolicy = 0x800c6613 // FS_IOC_SET_ENCRYPTION_POLICY
+)
+
+// MetadataSyscalls are the calls that change a file's mode, owner, times or
+// extended attributes. Landlock has no right for them, so without
+// namespaces the filter hands every one to the supervisor, whose metadata
+// broker (internal/enforce/metabroker) carries it out beneath the
+// fs_write grants and refuses the rest. A name the architecture lacks is
+// skipped.
+var MetadataSyscalls = []string{
+	"chmod", "fchmod", "fchmodat", "fchmodat2",
+	"chown", "fchown", "fchownat", "lchown",
+	"utime", "utimes", "futimesat", "utimensat",
+	"setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+}
+
+// inodeAttrIoctls change what chattr(1) and fs-verity and fscrypt set on
+// an inode: flags (immutable, append-only, nodump), project ids and
+// extended flags, the inode's generation, a verity seal, an encryption
+// policy. The kernel checks ownership for them, not Landlock, so the
+// profile without namespaces refuses them on every file.
+var inodeAttrIoctls = []uint64{fsIocSetflags, fsIoc32Setflags, fsIocFssetxattr, fsIocSetversion, fsIoc32Setversion,
+	fsIocEnableVerity, fsIocSetEncryptionPolicy}
+
 // WithoutNamespacesSeccomp returns s for a sandbox that shares the host's
 // network, IPC and pid namespaces:
 //
@@ -161,6 +203,18 @@ const (
 //   - listen(2) is refused: the host's ports are not the sandbox's.
 //   - System V IPC and POSIX message queues are refused: they are the
 //     host's.
+//   - The metadata calls (MetadataSyscalls) go to the supervisor too,
+//     whose metadata broker carries them out beneath the fs_write grants;
+//     the ioctls that set inode attributes (chattr's flags, fs-verity,
+//     fscrypt policies) are refused.
+//   - No file is created with a set-user-ID or set-group-ID bit: open,
+//     openat and creat with O_CREAT or O_TMPFILE, and mknod and mknodat,
+//     are refused for such a mode; openat2, whose mode the filter cannot
+//     read, answers ENOSYS (C libraries fall back to openat).
+//   - fallocate answers EOPNOTSUPP (glibc's posix_fallocate then writes
+//     the range, which RLIMIT_FSIZE and the scratch watcher see), except
+//     to punch a hole: a reservation would put space on the host's disk
+//     faster than max_scratch's check sees it.
 func WithoutNamespacesSeccomp(s Seccomp) Seccomp {
 	eq := func(arg int, v uint64) ArgCond { return ArgCond{Arg: arg, Mask: all64, Value: v} }
 	allowIf := func(conds ...ArgCond) SyscallRule { return SyscallRule{Action: ActAllow, Conds: conds} }
@@ -181,7 +235,31 @@ func WithoutNamespacesSeccomp(s Seccomp) Seccomp {
 	noFastOpen := func(arg int) []SyscallRule {
 		return []SyscallRule{{Action: ActEPERM, Conds: []ArgCond{{Arg: arg, Mask: msgFastOpen, Value: msgFastOpen}}}, {Action: ActAllow}}
 	}
+	// creat(path, mode), open(path, flags, mode), openat(dirfd, path,
+	// flags, mode), mknod(path, mode, dev), mknodat(dirfd, path, mode, dev).
+	setID := func(modeArg, flagsArg int, creates ...uint64) []SyscallRule {
+		var rules []SyscallRule
+		for _, bit := range []uint64{sISUID, sISGID} {
+			mode := ArgCond{Arg: modeArg, Mask: bit, Value: bit}
+			if flagsArg < 0 {
+				rules = append(rules, SyscallRule{Action: ActEPERM, Conds: []ArgCond{mode}})
+				continue
+			}
+			for _, c := range creates {
+				rules = append(rules, SyscallRule{Action: ActEPERM, Conds: []ArgCond{{Arg: flagsArg, Mask: c, Value: c}, mode}})
+			}
+		}
+		return append(rules, SyscallRule{Action: ActAllow})
+	}
+	const noSetID = "never with a set-user-ID or set-group-ID bit in the mode of a file it creates"
 	replace := map[string]Syscall{
+		"open":       {Why: noSetID, Rules: setID(2, 1, oCreat, oTmpfile)},
+		"openat":     {Why: noSetID, Rules: setID(3, 2, oCreat, oTmpfile)},
+		"creat":      {Why: noSetID, Rules: setID(1, -1)},
+		"mknod":      {Why: noSetID, Rules: setID(1, -1)},
+		"mknodat":    {Why: noSetID, Rules: setID(2, -1)},
+		"openat2":    {Why: "ENOSYS: its mode is in memory the filter cannot read, so a set-user-ID file could be created; C libraries fall back to openat", Rules: []SyscallRule{{Action: ActENOSYS}}},
+		"fallocate":  {Why: "EOPNOTSUPP (glibc's posix_fallocate writes the range instead), but for punching a hole: a reservation outruns the scratch watcher", Rules: []SyscallRule{{Action: ActAllow, Conds: []ArgCond{eq(1, fallocKeepSizePunchHole)}}, {Action: ActEOPNOTSUPP}}},
 		"connect":    {Why: "answered by the supervisor: it connects the egress proxy itself and hands that socket back, or refuses", Rules: []SyscallRule{{Action: ActNotify}}},
 		"socket":     {Why: "TCP over AF_INET and AF_INET6, stream and seqpacket AF_UNIX: no UDP, raw, packet or netlink", Rules: socket},
 		"socketpair": {Why: "AF_UNIX stream and seqpacket pairs", Rules: pair},
@@ -194,6 +272,9 @@ func WithoutNamespacesSeccomp(s Seccomp) Seccomp {
 		"mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend", "mq_unlink"} {
 		refused[n] = true
 	}
+	for _, n := range MetadataSyscalls {
+		replace[n] = Syscall{Why: "answered by the supervisor: its metadata broker makes the change beneath the fs_write grants, or refuses", Rules: []SyscallRule{{Action: ActNotify}}}
+	}
 	out := Seccomp{Default: s.Default, Refused: slices.Clone(s.Refused)}
 	var gone []string
 	for _, sc := range s.Syscalls {
@@ -203,6 +284,14 @@ func WithoutNamespacesSeccomp(s Seccomp) Seccomp {
 		}
 		if r, ok := replace[sc.Name]; ok {
 			sc.Why, sc.Rules = r.Why, r.Rules
+		}
+		if sc.Name == "ioctl" {
+			var rules []SyscallRule
+			for _, req := range inodeAttrIoctls {
+				rules = append(rules, SyscallRule{Action: ActEPERM, Conds: []ArgCond{{Arg: 1, Mask: low32, Value: req}}})
+			}
+			sc.Why = "every request but TIOCSTI and TIOCLINUX, which type into the caller's terminal, and those that set inode attributes (FS_IOC_SETFLAGS, FS_IOC_FSSETXATTR, FS_IOC_SETVERSION, fs-verity, fscrypt policies)"
+			sc.Rules = append(rules, sc.Rules...)
 		}
 		out.Syscalls = append(out.Syscalls, sc)
 	}

@@ -138,5 +138,6 @@ const (
 	ActKillProcess = spec.ActKillProcess
 	ActEPERM       = spec.ActEPERM
 	ActENOSYS      = spec.ActENOSYS
+	ActEOPNOTSUPP  = spec.ActEOPNOTSUPP
 	ActNotify      = spec.ActNotify
 )

@@ -7,7 +7,7 @@ import (
 )
 
 // asSandbox returns a guard.Config.As that runs each file operation with
-// the sandbox's host identity as the file system identity: files the API
+// the sandbox's host identity (uid and gid) as the file system identity: files the API
 // creates in the sandbox's view belong to the sandbox (an overlay in the
 // sandbox's user namespace refuses owners it cannot map), and the
 // supervisor's root privileges do not apply to the operation.
@@ -16,7 +16,7 @@ import (
 // raw syscalls here, not Go's process-wide wrappers), so each operation
 // runs on a thread of its own that is thrown away afterwards: the
 // goroutine exits still locked to it (runtime.LockOSThread).
-func asSandbox(id int) func(op func() error) error {
+func asSandbox(id, gid int) func(op func() error) error {
 	return func(op func() error) error {
 		done := make(chan error, 1)
 		go func() {
@@ -26,7 +26,7 @@ func asSandbox(id int) func(op func() error) error {
 				done <- errno
 				return
 			}
-			unix.RawSyscall(unix.SYS_SETFSGID, uintptr(id), 0, 0)
+			unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
 			unix.RawSyscall(unix.SYS_SETFSUID, uintptr(id), 0, 0)
 			// setfsuid reports the previous id, not errors: check the result.
 			if prev, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0); int(prev) != id {

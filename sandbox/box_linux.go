@@ -89,7 +89,9 @@ type box struct {
 
 	// sandboxID is the host uid and gid the sandbox runs as when the
 	// supervisor is root; 0 rootless (it runs as the caller).
-	sandboxID int
+	// sandboxGID, when set, is its gid where it differs (the landlock
+	// backend runs as the fs_write grants' owner and group).
+	sandboxID, sandboxGID int
 
 	ready    chan error // receives once (signalReady): nil when ready, or why not
 	readyFn  func()     // set by a backend's launch (onReady): runs once, when ready or failed

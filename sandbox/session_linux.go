@@ -70,7 +70,11 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	fileSink := runSink{run: b.id, next: audit.Tee{cfg.Audit}}
 	gc := guard.Config{Policy: b.view, Clock: cfg.Clock, Meter: b.meter, Audit: fileSink, Cwd: workspace, Roots: b.stage.rootFDs()}
 	if b.sandboxID != 0 {
-		gc.As = asSandbox(b.sandboxID)
+		gid := b.sandboxGID
+		if gid == 0 {
+			gid = b.sandboxID
+		}
+		gc.As = asSandbox(b.sandboxID, gid)
 	}
 	g, err := guard.New(gc)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/connbroker"
+	"github.com/airlock-sandbox/airlock/internal/enforce/metabroker"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
@@ -27,12 +28,18 @@ const BackendLandlock = "landlock"
 // unsharedBackend runs the sandbox without namespaces, where user
 // namespaces cannot be created (a container's seccomp profile,
 // user.max_user_namespaces=0): the init runs in the host's namespaces as
-// the caller, Landlock confines the host's filesystem, TCP and signals,
-// seccomp refuses what a network namespace would have contained, and the
+// the caller, and the commands as the caller too, or, when that is root,
+// as the fs_write grants' owner or an unprivileged id (runas_linux.go);
+// Landlock confines the host's filesystem, TCP and signals, seccomp
+// refuses what a network namespace would have contained, and the
 // supervisor answers every connect(2) (internal/enforce/connbroker): it
 // connects the egress proxy itself and hands that socket back, so the
-// address it checked is the one used. The report's enforcement.weaker
-// lists what this gives up against the namespace backend.
+// address it checked is the one used. It also answers every change of a
+// file's mode, owner, times or extended attributes, for which Landlock
+// has no right (internal/enforce/metabroker): it makes the change itself,
+// as the sandbox's uid, beneath the fs_write grants only. The report's
+// enforcement.weaker lists what this gives up against the namespace
+// backend.
 type unsharedBackend struct {
 	// why says why the namespace backend could not run, for the report;
 	// "" when the caller chose this backend.
@@ -41,12 +48,21 @@ type unsharedBackend struct {
 
 // weakerUnshared is what every run of this backend gives up.
 var weakerUnshared = []string{
-	"files: no mount namespace: the host's files outside the grants exist and are denied by Landlock rather than absent, and the system base is the host's own (/usr/lib, /etc/passwd, /etc/hosts)",
+	"files: no mount namespace: the host's files outside the grants exist and are denied by Landlock rather than absent (their names, sizes, times and extended attributes can be read where the sandbox's uid may: Landlock guards contents, not metadata), and the system base is the host's own (/usr/lib, /etc/passwd, /etc/hosts)",
 	"processes: no pid namespace: the host's processes are listed in /proc (what ps shows of them) but cannot be signalled, traced or read (Landlock's scopes); the sandbox's init is a subreaper that kills the whole tree when the run ends",
 	"network: no network namespace: every connect(2) is answered by the supervisor, which connects nothing but the egress proxy; there are no local servers (listen is refused), no UDP and no connects to unix sockets; /proc/net lists the host's sockets",
 	"tools: no noexec mounts: only the command, allowed_tools and the loader can be executed, but the loader can still map a program the sandbox wrote or can read (ld.so FILE), since Landlock restricts execve and not mmap",
-	"/tmp: no private /tmp: TMPDIR and HOME are a scratch folder on the host's disk, removed at the end; max_scratch is checked every 250 ms (a folder that cannot be measured halts the run) and bounds each file (RLIMIT_FSIZE) rather than capping a tmpfs",
+	"/tmp: no private /tmp: TMPDIR and HOME are a scratch folder on the host's disk, removed at the end; max_scratch is a check every 250 ms, not a tmpfs's cap, so the disk can hold what the sandbox writes in that time beyond it before the run is stopped (each file is bounded by RLIMIT_FSIZE, the larger of max_scratch and 1 GiB; fallocate is refused with EOPNOTSUPP so space is never reserved faster than written, and a folder that cannot be measured halts the run)",
 	"hostname and IPC: the host's hostname; System V IPC and POSIX message queues are refused rather than private",
+	"metadata: Landlock has no right for a file's mode, owner, times or extended attributes: the supervisor's metadata broker makes those changes for the sandbox, as its uid, on the host's files in place beneath the fs_write grants and the scratch folder only, and refuses a set-user-ID or set-group-ID bit on a file, another owner, an extended attribute but user.* and POSIX ACLs, and the protected paths; inode flags (chattr) cannot be set, and no file is created set-user-ID or set-group-ID",
+}
+
+// weakerUID is the report's line on the sandbox's uid.
+func weakerUID(id identity) string {
+	if os.Geteuid() != 0 {
+		return fmt.Sprintf("uid: no user namespace: the sandbox runs as airlock's own uid %d, which owns the caller's files outside the grants too: Landlock keeps the sandbox from reading and writing their contents, and the metadata broker from changing their mode, owner, times or extended attributes", id.UID)
+	}
+	return fmt.Sprintf("uid: no user namespace: the sandbox runs as uid %d gid %d (%s), never as root's, with no supplementary groups and every capability dropped; the files it writes belong to that uid", id.UID, id.GID, id.why)
 }
 
 // launch compiles the plan without namespaces, makes the scratch folder,
@@ -76,13 +92,32 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scratch folder: %w (set TMPDIR to a writable folder)", err)
 	}
-	cleanup := func() { removeScratch(scratch) }
+	var as metabroker.Identity // the caller until the sandbox's uid is known
+	cleanup := func() { removeScratch(scratch, as) }
 	pl, err := unsharedPlan(b.pl, b.cfg.Policy, scratch)
 	if err != nil {
 		cleanup()
 		return nil, err
 	}
 	b.pl = pl
+	id := unsharedIdentity(b.pl)
+	if os.Geteuid() == 0 {
+		// Never root: the scratch folder is the sandbox's, and every grant
+		// must be reachable by the uid it runs as.
+		err := os.Chown(scratch, id.UID, id.GID)
+		if err != nil {
+			err = fmt.Errorf("scratch folder: give it to uid %d: %w", id.UID, err)
+		} else {
+			err = checkReach(b.pl, id)
+		}
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		b.pl.IDMap.HostUID, b.pl.IDMap.HostGID = uint32(id.UID), uint32(id.GID)
+		b.sandboxID, b.sandboxGID = id.UID, id.GID
+		as = id.Identity
+	}
 	if err := b.openStageAndLimits(BackendLandlock, func() (*limits, error) { return newLimits(b.pl.Limits, b.sink) }); err != nil {
 		cleanup()
 		return nil, err
@@ -92,11 +127,9 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 		b.enf.Weaker = append(b.enf.Weaker, "namespaces: "+ub.why)
 	}
 	b.enf.Weaker = append(b.enf.Weaker, weakerUnshared...)
+	b.enf.Weaker = append(b.enf.Weaker, weakerUID(id))
 	if brokerErr != nil {
-		b.enf.Weaker = append(b.enf.Weaker, "network: the connect broker cannot read connects here ("+brokerErr.Error()+"): every connect(2) is refused, and the refusals are not listed among the denials")
-	}
-	if os.Getuid() == 0 {
-		b.enf.Weaker = append(b.enf.Weaker, "uid: the sandbox runs as root's uid with every capability dropped (no user namespace to give it another): Landlock and seccomp, not file permissions, keep it from root's files")
+		b.enf.Weaker = append(b.enf.Weaker, "network and metadata: the supervisor's brokers cannot read every call of the sandbox here ("+brokerErr.Error()+"): every connect(2) is refused, and so is every change of a file's mode, owner, times or extended attributes that the metadata broker cannot read (EACCES), and these refusals are not listed among the denials")
 	}
 	for _, m := range b.pl.Mounts {
 		if m.Writable && !m.File {
@@ -182,17 +215,27 @@ func watchScratch(b *box, dir string, stop <-chan struct{}) {
 
 // removeScratch removes the scratch folder, making every folder in it
 // ours to list and empty first: the sandbox may have made one unreadable.
-// It never follows a symlink.
-func removeScratch(dir string) {
+// It never follows a symlink; the folders are opened up as the sandbox's
+// uid as (the zero Identity: as the caller), so a path the sandbox swapped
+// for a symlink meanwhile reaches nothing the sandbox could not chmod
+// itself.
+func removeScratch(dir string, as metabroker.Identity) {
 	if os.RemoveAll(dir) == nil {
 		return
 	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700) // before WalkDir reads it
-		}
-		return nil
-	})
+	chmodAll := func() error {
+		return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = unix.Fchmodat(unix.AT_FDCWD, p, 0o700, unix.AT_SYMLINK_NOFOLLOW) // before WalkDir reads it
+			}
+			return nil
+		})
+	}
+	if as != (metabroker.Identity{}) && os.Geteuid() == 0 {
+		_ = as.Do(chmodAll)
+	} else {
+		_ = chmodAll()
+	}
 	_ = os.RemoveAll(dir)
 }
 
@@ -251,13 +294,55 @@ func (b *box) serveBroker(ctl *control, fds []int) {
 			b.log.Error("egress", "err", err) // no proxy: every connect is refused
 		}
 	}
+	mb, err := metabroker.New(metabroker.Config{Grants: b.metadataGrants(), Identity: b.sandboxIdentity(), Protected: b.protectedWhy, Deny: b.metadataDenied})
+	if err != nil {
+		unix.Close(fds[0])
+		b.log.Error("sandbox: metadata broker", "err", err)
+		b.kill() // fail closed: nobody would answer chmod
+		return
+	}
 	ctl.watch(func(stop <-chan struct{}) {
-		defer unix.Close(fds[0])
-		if err := connbroker.Serve(fds[0], br.decide, stop); err != nil {
-			b.log.Error("sandbox: connect broker", "err", err)
+		// Serve owns the listener and closes it.
+		err := connbroker.Handler{Decide: br.decide, Syscall: mb.Handle}.Serve(fds[0], stop)
+		mb.Close()
+		if err != nil {
+			b.log.Error("sandbox: connect and metadata broker", "err", err)
 			b.kill()
 		}
 	})
+}
+
+// sandboxIdentity is the uid and gid the sandbox runs as.
+func (b *box) sandboxIdentity() metabroker.Identity {
+	if b.pl.IDMap.HostUID != 0 {
+		return metabroker.Identity{UID: int(b.pl.IDMap.HostUID), GID: int(b.pl.IDMap.HostGID)}
+	}
+	return metabroker.Identity{UID: os.Getuid(), GID: os.Getgid()}
+}
+
+// metadataGrants are where the sandbox may change metadata: its fs_write
+// grants and its scratch folder.
+func (b *box) metadataGrants() []string {
+	grants := []string{b.pl.Scratch}
+	for _, m := range b.pl.Mounts {
+		if m.Grant() && m.Writable {
+			grants = append(grants, m.Target)
+		}
+	}
+	return grants
+}
+
+// protectedWhy says why path is a protected path of the policy, or "".
+func (b *box) protectedWhy(path string) string {
+	if pr := b.cfg.Policy.ProtectedBy(path); pr != nil {
+		return pr.Why
+	}
+	return ""
+}
+
+// metadataDenied reports a refusal of the metadata broker.
+func (b *box) metadataDenied(d metabroker.Denial) {
+	b.sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Deny, Layer: audit.LayerFS, Op: d.Op, Target: d.Path, Rule: policy.FSWrite.String(), Message: d.Message, Hint: d.Hint})
 }
 
 // listen makes the proxy's two loopback listeners and serves it on them.

@@ -83,11 +83,12 @@ func TestUnsharedReportSaysWhatRan(t *testing.T) {
 // files and writes outside fs_write are denied by Landlock alone.
 func TestUnsharedAttackFiles(t *testing.T) {
 	requireUnshared(t)
-	tr := newTree(t)
+	tr := newUnsharedTree(t)
 	outFile := filepath.Join(tr.out, "result.txt")
 	if err := os.WriteFile(outFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	giveToSandbox(t, outFile)
 	spec := policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{outFile}, Env: []string{"HOME=" + tr.home}}
 	reads := []string{tr.secret, filepath.Join(tr.home, ".aws", "credentials"), "/etc/shadow", "/root", "/home",
 		filepath.Join(tr.workshop, "other.txt"), tr.work + "/../secret.txt", "/var/log", "/sys/kernel",
@@ -128,6 +129,35 @@ print("\n".join(leaks) or "NO LEAKS")`, pyList(reads), pyList(writes), outFile, 
 	for _, w := range writes {
 		if _, err := os.Stat(w); err == nil && !strings.HasPrefix(w, "/etc") {
 			t.Errorf("%s exists on the host", w)
+		}
+	}
+}
+
+// newUnsharedTree is newTree for the landlock backend, which never runs
+// the sandbox as root: every uid can enter the tree, and as root the
+// fs_write folder out/ belongs to metaWriter, whom the sandbox then runs
+// as.
+func newUnsharedTree(t *testing.T) tree {
+	t.Helper()
+	tr := newTree(t)
+	for p := tr.root; strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	giveToSandbox(t, tr.out)
+	return tr
+}
+
+// giveToSandbox gives the paths to metaWriter when the test runs as root.
+func giveToSandbox(t *testing.T, paths ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	for _, p := range paths {
+		if err := os.Chown(p, metaWriter, metaWriter); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
@@ -294,7 +324,7 @@ func acceptCount(ln net.Listener, n *atomic.Int32) {
 func TestUnsharedAttackProcesses(t *testing.T) {
 	requireUnshared(t)
 	victim := startSleeper(t)
-	pidFile := filepath.Join(t.TempDir(), "daemon.pid")
+	pidFile := filepath.Join(openTempDir(t), "daemon.pid")
 	out := filepath.Dir(pidFile)
 	if err := os.Chmod(out, 0o777); err != nil {
 		t.Fatal(err)
@@ -302,6 +332,7 @@ func TestUnsharedAttackProcesses(t *testing.T) {
 	if err := os.WriteFile(pidFile, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
+	giveToSandbox(t, pidFile)
 	code := fmt.Sprintf(`
 import os, signal, time, sys
 res = []
@@ -326,7 +357,7 @@ while True:
 `, victim.Process.Pid, os.Getpid(), pidFile)
 	rep := runL(t, policy.Spec{FSWrite: []string{pidFile}, Budget: budget.Limits{Wall: 3 * time.Second}}, sandbox.Config{}, "/usr/bin/python3", "-c", code)
 	if rep.HaltedBy == nil || *rep.HaltedBy != "max_wall" {
-		t.Fatalf("halted_by = %v, want max_wall\n%s\n%s", rep.HaltedBy, rep.Stdout, rep.Stderr)
+		t.Fatalf("halted_by = %v, want max_wall\n%s\n%s\n%s", rep.HaltedBy, rep.Error, rep.Stdout, rep.Stderr)
 	}
 	if strings.Contains(rep.Stdout, "KILLED") {
 		t.Fatalf("the sandbox signalled outside itself:\n%s", rep.Stdout)
@@ -444,7 +475,7 @@ time.sleep(30)`)
 // never starts a sandbox.
 func TestUnsharedRefusesWhatLandlockCannotExpress(t *testing.T) {
 	requireUnshared(t)
-	tr := newTree(t)
+	tr := newUnsharedTree(t)
 	for name, spec := range map[string]policy.Spec{
 		"fs_deny-inside-grant":        {FSRead: []string{tr.root}, FSDeny: []string{tr.secret}},
 		"fs_write-folder-not-allowed": {FSWrite: []string{tr.out}},
@@ -475,7 +506,7 @@ func TestUnsharedRefusesWhatLandlockCannotExpress(t *testing.T) {
 // kills them when it ends.
 func TestUnsharedSession(t *testing.T) {
 	requireUnshared(t)
-	tr := newTree(t)
+	tr := newUnsharedTree(t)
 	spec := policy.Spec{FSRead: []string{tr.work}, FSWrite: []string{tr.out}, AllowedTools: []string{"python3", "sh"},
 		AllowDowngrade: []string{"staged_writes"}, Budget: budget.Limits{Wall: 60 * time.Second}}
 	if os.Geteuid() != 0 {
@@ -530,7 +561,7 @@ func TestUnsharedSession(t *testing.T) {
 // report's weaker list says so.)
 func TestUnsharedAttackToolAllowList(t *testing.T) {
 	requireUnshared(t)
-	tr := newTree(t)
+	tr := newUnsharedTree(t)
 	rep := runL(t, policy.Spec{FSWrite: []string{tr.out}, AllowDowngrade: []string{"staged_writes"}}, sandbox.Config{}, "/usr/bin/python3", "-c", fmt.Sprintf(`
 import ctypes, os, shutil, subprocess, sys, tempfile
 out = %q
@@ -585,7 +616,7 @@ func TestUnsharedSupervisorKilled(t *testing.T) {
 		// The code path is the same for every uid; CI runs it as root.
 		t.Skip("builds the airlock binary with the go tool, whose module and build caches CI's rootless subset does not have")
 	}
-	dir := t.TempDir()
+	dir := openTempDir(t)
 	if err := os.Chmod(dir, 0o777); err != nil {
 		t.Fatal(err)
 	}
@@ -595,6 +626,7 @@ func TestUnsharedSupervisorKilled(t *testing.T) {
 	if err := os.WriteFile(pidFile, nil, 0o666); err != nil {
 		t.Fatal(err)
 	}
+	giveToSandbox(t, pidFile)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	args := []string{"run", "--isolation", "landlock", "--fs-write", pidFile, "--max-wall", "50s"}

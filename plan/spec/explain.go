@@ -85,6 +85,12 @@ func (pl *Plan) writeTail(b *strings.Builder) {
 // writeUnshared renders the plan of the backend without namespaces.
 func (pl *Plan) writeUnshared(b *strings.Builder) {
 	b.WriteString("\nno namespaces (the landlock backend): the init runs in the host's namespaces as the caller; nothing is mounted\n")
+	if pl.IDMap.HostUID != 0 {
+		fmt.Fprintf(b, "identity: commands run as uid %d gid %d, without supplementary groups, never as root\n", pl.IDMap.HostUID, pl.IDMap.HostGID)
+	} else {
+		b.WriteString("identity: commands run as the caller; when that is root, as the owner of the fs_write grants if they share one other than root, else as an unprivileged id picked per run, never as root\n")
+	}
+	b.WriteString("metadata: chmod, chown, utimes and xattr calls go to the supervisor, which makes them as the sandbox's uid beneath the fs_write grants and the scratch folder only\n")
 	fmt.Fprintf(b, "scratch:  %s (TMPDIR and HOME; made for the run, removed at its end)\n", pl.Scratch)
 	b.WriteString("\nlandlock rules on the host's filesystem (the only filesystem layer; anything not listed is denied, ABI 6 or later):\n")
 	for _, r := range pl.Rules {

@@ -209,6 +209,10 @@ const (
 	// ActENOSYS fails the syscall with ENOSYS, which programs read as "this
 	// kernel is too old" and answer by falling back to an older syscall.
 	ActENOSYS = actErrno | errnoENOSYS
+	// ActEOPNOTSUPP fails the syscall with EOPNOTSUPP, which programs read
+	// as "not on this filesystem" and answer with a fallback (glibc's
+	// posix_fallocate writes the range instead).
+	ActEOPNOTSUPP = actErrno | errnoEOPNOTSUPP
 	// ActNotify hands the syscall to the supervisor, which answers it
 	// (SECCOMP_RET_USER_NOTIF, Linux 5.0): the backend without namespaces
 	// sends connect(2) there, and the supervisor makes the connection
@@ -222,8 +226,9 @@ const (
 // Errno numbers used by the filter. They are the asm-generic values that
 // amd64 and arm64 share, spelled out so the plan needs no x/sys.
 const (
-	errnoEPERM  = 1  // EPERM: operation not permitted
-	errnoENOSYS = 38 // ENOSYS: function not implemented
+	errnoEPERM      = 1  // EPERM: operation not permitted
+	errnoENOSYS     = 38 // ENOSYS: function not implemented
+	errnoEOPNOTSUPP = 95 // EOPNOTSUPP: operation not supported
 )
 
 // Errno reports the errno an ERRNO action returns, and whether a is one.

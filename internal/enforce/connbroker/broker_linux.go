@@ -84,8 +84,9 @@ func Serve(listener int, decide func(Request) Verdict, stop <-chan struct{}) err
 // a bad addrlen; EBADF or ENOTSOCK for an fd that is not an open socket;
 // EFAULT when the sockaddr is not readable; EACCES when the broker is not
 // allowed to read the target (process_vm_readv, pidfd_getfd); EPERM for a
-// syscall other than connect or a foreign architecture, which a filter
-// built by seccomp.Build never hands over. It answers
+// foreign architecture, which a filter built by seccomp.Build never hands
+// over, and for a syscall other than connect when h.Syscall is nil (with
+// it, h.Syscall answers those, sharing Decide's bound). It answers
 // SECCOMP_USER_NOTIF_FLAG_CONTINUE only when h asks for it
 // (Verdict.Continue): see the package doc.
 //
@@ -141,6 +142,7 @@ type broker struct {
 	listener int
 	quick    func(Request) (Verdict, bool) // nil: every Request goes to decide
 	decide   func(Request) Verdict
+	syscall  func(*Call) bool // nil: every syscall but connect is refused
 	arch     uint32
 	sizes    notifSizes
 
@@ -170,6 +172,7 @@ func newBroker(listener int, h Handler) (*broker, error) {
 		listener: listener,
 		quick:    h.Quick,
 		decide:   h.Decide,
+		syscall:  h.Syscall,
 		arch:     arch,
 		sizes:    sizes,
 		slots:    make(chan struct{}, maxInFlight),
@@ -262,6 +265,10 @@ func (b *broker) serve(stop <-chan struct{}) error {
 // other CPU and back again, an idle CPU each time in a VM (measured: 3 us
 // for the round trip alone against 25-60 us).
 func (b *broker) dispatch(n notif) {
+	if n.nr != unix.SYS_CONNECT && n.arch == b.arch && b.syscall != nil {
+		b.dispatchCall(n)
+		return
+	}
 	req, sock, errno, ok := b.read(n)
 	switch {
 	case !ok:
@@ -291,6 +298,24 @@ func (b *broker) dispatch(n notif) {
 	default:
 		unix.Close(sock.copy)
 		b.respond(n.id, unix.EAGAIN)
+	}
+}
+
+// dispatchCall offers the notification n of a syscall other than connect
+// to Handler.Syscall, within the bound of notifications in flight (beyond
+// it the call fails with EAGAIN at once, as it does when Syscall leaves
+// it). A Call Syscall takes stays in flight until its Answer.
+func (b *broker) dispatchCall(n notif) {
+	select {
+	case b.slots <- struct{}{}:
+	default:
+		b.respond(n.id, unix.EAGAIN)
+		return
+	}
+	b.inflight.Add(1)
+	c := &Call{Pid: n.pid, Nr: int(n.nr), Args: n.args, id: n.id, b: b, pidfd: -1}
+	if !b.syscall(c) {
+		c.Answer(unix.EAGAIN)
 	}
 }
 

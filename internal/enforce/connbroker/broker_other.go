@@ -26,3 +26,7 @@ func (h Handler) Serve(listener int, stop <-chan struct{}) error {
 func Probe() error {
 	return fmt.Errorf("connbroker: %w on %s: the connect broker needs Linux", errors.ErrUnsupported, runtime.GOOS)
 }
+
+// broker is the Linux broker's state, which a Call points to; it has none
+// elsewhere.
+type broker struct{}

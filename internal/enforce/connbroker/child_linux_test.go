@@ -35,6 +35,7 @@ const (
 	benchEnv     = "AIRLOCK_BROKER_BENCH"     // the bench child's "udp" or "tcp", and how many connects
 	plainEnv     = "AIRLOCK_BROKER_PLAIN"     // "1": the filter lets connect through (a baseline)
 	listEnv      = "AIRLOCK_BROKER_LIST"      // the list child's "key=ip:port" destinations, comma-separated
+	callsEnv     = "AIRLOCK_BROKER_CALLS"     // "1": the filter hands fchmodat over too (Handler.Syscall)
 	ctlFD        = 3                          // the socketpair end, ExtraFiles[0]
 )
 
@@ -55,6 +56,7 @@ var childModes = map[string]func() error{
 	"badargs":  childBadArgs,
 	"bench":    childBench,
 	"list":     childList,
+	"calls":    childCalls,
 }
 
 // runChild is the whole life of a child; it returns the exit status.
@@ -84,7 +86,7 @@ func notifyProfile() plan.Seccomp {
 		return p
 	}
 	for i := range p.Syscalls {
-		if p.Syscalls[i].Name == "connect" {
+		if p.Syscalls[i].Name == "connect" || p.Syscalls[i].Name == "fchmodat" && os.Getenv(callsEnv) == "1" {
 			p.Syscalls[i].Rules = []plan.SyscallRule{{Action: plan.ActNotify}}
 		}
 	}

@@ -3,6 +3,7 @@ package connbroker
 import (
 	"io"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -138,4 +139,40 @@ type Handler struct {
 	// its own, so it may block (dial) for a bounded time. It must not be
 	// nil.
 	Decide func(Request) Verdict
+
+	// Syscall, when set, takes the notifications of every syscall other
+	// than connect that the filter hands over (the metadata broker's
+	// chmod, chown, utimes and xattr calls). It is called on the goroutine
+	// that receives the notifications, like Quick, so it must not block:
+	// it may read what it needs through the Call (a few syscalls each) and
+	// then either take the Call, returning true, and answer it exactly
+	// once with Call.Answer, from any goroutine and soon (Serve waits for
+	// every taken Call's answer before it returns; taken Calls count
+	// against Decide's bound of 64 in flight), or leave it, returning
+	// false, and the broker fails the call with EAGAIN. The broker never
+	// lets such a call continue in the kernel: an answer that let the
+	// target's own call run would read its memory again after the check.
+	// Nil refuses those calls with EPERM.
+	Syscall func(*Call) bool
+}
+
+// Call is one intercepted syscall other than connect, as Handler.Syscall
+// receives it. Its methods (Linux only) read the target (its memory, its
+// fds and its working folder) and answer it. What they read is the
+// target's only once Valid has reported true afterwards (until then the
+// thread id may have been reused), and it is a copy: the target can
+// change its memory afterwards, which changes nothing of what was read.
+type Call struct {
+	// Pid is the calling thread (a tid) in the supervisor's pid namespace.
+	Pid int
+	// Nr is the syscall's number on the architecture this binary was
+	// built for, the only one a filter built by seccomp.Build hands over.
+	Nr int
+	// Args are the syscall's six argument registers.
+	Args [6]uint64
+
+	id       uint64
+	b        *broker
+	pidfd    int // opened by the first FD call; -1 until then
+	answered atomic.Bool
 }

@@ -19,8 +19,11 @@ import (
 // The init without namespaces (plan.NoNamespaces) runs in the host's
 // namespaces, as the caller. Nothing is mounted: Landlock confines the
 // host's filesystem to the plan's rules, and the seccomp filter sends
-// connect(2) to the supervisor (the "broker" message carries the
-// listener). It differs from the namespace init in three ways:
+// connect(2) and the metadata calls (chmod, chown, utimes, xattrs) to the
+// supervisor (the "broker" message carries the listener). Commands never
+// run as root: when the caller is root, the jail thread takes the plan's
+// uid and gid (IDMap.HostUID, HostGID) before it drops every capability.
+// It differs from the namespace init in three ways:
 //
 //   - The init itself is not restricted. Every restriction is applied once
 //     on a jail thread, and every command is forked from it, so commands
@@ -142,6 +145,9 @@ func restrictJail(pl *spec.Plan) (int, int, error) {
 	if len(pl.Capabilities) != 0 {
 		return 0, -1, fail("capabilities", fmt.Errorf("airlock bug: the plan keeps capabilities %v", pl.Capabilities))
 	}
+	if err := takeIdentity(pl); err != nil {
+		return 0, -1, fail("identity", err)
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return 0, -1, fail("no_new_privs", err)
 	}
@@ -166,14 +172,16 @@ func restrictJail(pl *spec.Plan) (int, int, error) {
 	return st.ABI, listener, nil
 }
 
-// nprocForUID raises a plan's RLIMIT_NPROC by what the caller's uid runs
+// nprocForUID raises a plan's RLIMIT_NPROC by what the sandbox's uid runs
 // already: without a user namespace the kernel counts every process of
-// the uid, not the sandbox's. (For root the kernel ignores it; the pids
-// cgroup bounds the tree where one is delegated.)
+// the uid, not the sandbox's.
 func nprocForUID(pl *spec.Plan) error {
 	uid := os.Getuid()
 	if uid == 0 {
-		return nil
+		uid = int(pl.IDMap.HostUID)
+	}
+	if uid == 0 {
+		return errNoIdentity
 	}
 	for i, r := range pl.Rlimits {
 		if r.Resource != "nproc" {
@@ -185,6 +193,62 @@ func nprocForUID(pl *spec.Plan) error {
 		}
 		pl.Rlimits[i].Value += uint64(n)
 		pl.Rlimits[i].Hard += uint64(n)
+	}
+	return nil
+}
+
+// errNoIdentity refuses a plan that would run the sandbox as root.
+var errNoIdentity = errors.New("airlock bug: the plan names no uid and gid to run the sandbox as, and the landlock backend never runs it as root")
+
+// takeIdentity gives the jail thread, which the caller has locked for
+// good, the plan's uid and gid (IDMap.HostUID, HostGID) and no
+// supplementary groups when the init runs as root; as anyone else the
+// thread keeps the caller's ids, which the plan must name or leave zero.
+// The ids change on this thread alone (raw syscalls; Go's syscall.Setuid
+// would change every thread's), so the init itself stays root, outside
+// the sandbox. The thread's permitted capabilities are kept across the
+// change (PR_SET_KEEPCAPS) and raised again, so that the capability drop
+// that follows can still empty the bounding set; it then empties every
+// set.
+func takeIdentity(pl *spec.Plan) error {
+	uid, gid := int(pl.IDMap.HostUID), int(pl.IDMap.HostGID)
+	if os.Geteuid() != 0 {
+		if (uid != 0 && uid != os.Getuid()) || (gid != 0 && gid != os.Getgid()) {
+			return fmt.Errorf("airlock bug: the plan runs the sandbox as %d:%d, and the init, not being root, can run it only as the caller (%d:%d)", uid, gid, os.Getuid(), os.Getgid())
+		}
+		return nil
+	}
+	if uid == 0 || gid == 0 {
+		return errNoIdentity
+	}
+	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("keep capabilities across the change of uid: %w", err)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+		return fmt.Errorf("drop supplementary groups: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("take gid %d: %w", gid, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("take uid %d: %w", uid, e)
+	}
+	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("stop keeping capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	for i := range data {
+		data[i].Effective = data[i].Permitted
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("raise capabilities to drop them: %w", err)
+	}
+	if got := unix.Getuid(); got != uid {
+		return fmt.Errorf("the jail thread runs as uid %d after taking uid %d", got, uid)
 	}
 	return nil
 }
