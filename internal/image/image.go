@@ -1,16 +1,3 @@
-// Package image unpacks a container image into a folder that an
-// environment (the policy's rootfs) can use as its root filesystem: an OCI
-// image layout (a folder with index.json, or a tar of one, which is what
-// `docker save` writes since Docker 25 and `podman save --format oci-archive`
-// writes) or a Docker archive (`docker save` before 25, `podman save`).
-// Nothing is fetched: the image is a local file or folder.
-//
-// Every blob is checked against its digest and every layer against the
-// config's diff_ids before its files count, and the result is cached by
-// the image's digest, so a second sandbox from the same image unpacks
-// nothing. The image is hostile input: an entry may not leave the folder
-// or pass through a symlink, device nodes are not created, set-id bits
-// are dropped, and the bytes and entries unpacked are bounded.
 package image
 
 import (
@@ -29,20 +16,66 @@ import (
 const (
 	MaxBytes   = 16 << 30 // file content, all layers together
 	MaxEntries = 1 << 21  // tar entries, all layers together
+	MaxLayers  = 256      // layers of one image
+	MaxDepth   = 256      // folders above an entry
+	MaxName    = 4096     // bytes of an entry's name or link target (PATH_MAX)
 	maxJSON    = 4 << 20  // index, manifest and config documents
+	// maxTrailing is what a layer may hold after its tar's end: tar
+	// writers pad to their record size (10240 bytes by default).
+	maxTrailing = 1 << 20
+	// maxNameBytes bounds the names the extractor keeps in memory (the
+	// folders whose modes are set at the end, this layer's entries).
+	maxNameBytes = 256 << 20
 )
 
 // The limits in force; tests lower them.
 var (
 	maxBytes   int64 = MaxBytes
 	maxEntries       = MaxEntries
+	maxDepth         = MaxDepth
 )
 
 // Unpacked is an image made into a root filesystem.
 type Unpacked struct {
-	Dir    string // the root filesystem: cache/<digest hex>
-	Digest string // the image's digest: its manifest's (OCI) or its config's (Docker archive)
-	Cached bool   // Dir was there already: nothing was unpacked
+	// Dir is the root filesystem: CACHE/<key hex>/rootfs.
+	Dir string
+	// Digest is the key: the digest of what was unpacked (Key), never
+	// empty.
+	Digest string
+	// Cached says Dir was there already: nothing was unpacked.
+	Cached bool
+}
+
+// Options say how Unpack runs its child.
+type Options struct {
+	// Executable is the binary re-executed as the unpack's child: one
+	// whose main runs Child when argv[0] is ChildArg0 (sandbox.Init
+	// does). It is executed through its fd. Nil means this program
+	// (/proc/self/exe).
+	Executable *os.File
+}
+
+// Kind says what an image's input was, as its key records it.
+type Kind string
+
+// The kinds of input.
+const (
+	KindOCI    Kind = "oci"    // an OCI image layout, or a tar of one
+	KindDocker Kind = "docker" // a Docker archive
+)
+
+// Key returns the document that names what an image unpacks to (its kind,
+// its config's digest, its layers' diff_ids in order, and the version of
+// the unpack's rules) and its digest, the cache key. The document is what
+// the done marker of a cache entry holds.
+func Key(kind Kind, config string, diffIDs []string) (doc, digest string) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "airlock rootfs 2\nkind %s\nconfig %s\n", kind, config)
+	for _, d := range diffIDs {
+		fmt.Fprintf(&b, "layer %s\n", d)
+	}
+	doc = b.String()
+	return doc, digestOf([]byte(doc))
 }
 
 // IsImage reports whether src looks like an image rather than a root
@@ -63,64 +96,6 @@ func IsImage(src string) bool {
 	return err == nil
 }
 
-// Unpack makes src (an OCI layout folder, or an OCI or Docker archive)
-// into a root filesystem below cache, or finds it there.
-func Unpack(src, cache string) (*Unpacked, error) {
-	st, err := openStore(src)
-	if err != nil {
-		return nil, fmt.Errorf("image %s: %w", src, err)
-	}
-	defer st.close()
-	img, err := st.resolve()
-	if err != nil {
-		return nil, fmt.Errorf("image %s: %w", src, err)
-	}
-	hex := strings.TrimPrefix(img.digest, "sha256:")
-	dir := filepath.Join(cache, hex)
-	if _, err := os.Stat(filepath.Join(dir, doneMarker)); err == nil {
-		return &Unpacked{Dir: dir, Digest: img.digest, Cached: true}, nil
-	}
-	if err := os.MkdirAll(cache, 0o700); err != nil {
-		return nil, fmt.Errorf("image cache %s: %w", cache, err)
-	}
-	tmp, err := os.MkdirTemp(cache, ".unpack-")
-	if err != nil {
-		return nil, fmt.Errorf("image cache %s: %w", cache, err)
-	}
-	defer os.RemoveAll(tmp)
-	root := filepath.Join(tmp, "root")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		return nil, err
-	}
-	x := &extractor{root: root}
-	for i, l := range img.layers {
-		if err := x.layer(st, l, img.diffIDs[i]); err != nil {
-			return nil, fmt.Errorf("image %s: layer %d (%s): %w", src, i+1, l.Digest, err)
-		}
-	}
-	if err := x.finish(); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(root, doneMarker), []byte(img.digest+"\n"), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(root, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(root, dir); err != nil {
-		// Another unpack of the same image won the race: use its result.
-		if _, serr := os.Stat(filepath.Join(dir, doneMarker)); serr == nil {
-			return &Unpacked{Dir: dir, Digest: img.digest, Cached: true}, nil
-		}
-		return nil, fmt.Errorf("image cache %s: %w", dir, err)
-	}
-	return &Unpacked{Dir: dir, Digest: img.digest}, nil
-}
-
-// doneMarker is written last into an unpacked root: a folder without it
-// is an unpack that did not finish and is never used.
-const doneMarker = ".airlock-image"
-
 // descriptor is an OCI content descriptor.
 type descriptor struct {
 	MediaType string `json:"mediaType"`
@@ -136,10 +111,14 @@ type descriptor struct {
 // image is what resolve found: the layers in order with the uncompressed
 // digests the config promises for them.
 type image struct {
-	digest  string
+	kind    Kind
+	config  string // the config's digest
 	layers  []descriptor
 	diffIDs []string
 }
+
+// key returns the image's key document and digest.
+func (img *image) key() (doc, digest string) { return Key(img.kind, img.config, img.diffIDs) }
 
 // Media types that mean "an index" and the layer encodings understood.
 const (
@@ -213,7 +192,7 @@ func (st *store) fromIndex(b []byte, depth int) (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &image{digest: m.Digest, layers: man.Layers, diffIDs: diffs}, nil
+	return &image{kind: KindOCI, config: man.Config.Digest, layers: man.Layers, diffIDs: diffs}, nil
 }
 
 // fromDockerArchive reads a Docker archive: manifest.json names the config
@@ -242,7 +221,7 @@ func (st *store) fromDockerArchive() (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img := &image{digest: digestOf(cfg), diffIDs: diffs}
+	img := &image{kind: KindDocker, config: digestOf(cfg), diffIDs: diffs}
 	for _, l := range ms[0].Layers {
 		img.layers = append(img.layers, descriptor{Digest: "file:" + l})
 	}
@@ -262,6 +241,9 @@ func diffIDs(cfg []byte, layers int) ([]string, error) {
 	}
 	if c.OS != "" && c.OS != "linux" {
 		return nil, fmt.Errorf("the image is for %s, not linux", c.OS)
+	}
+	if layers > MaxLayers {
+		return nil, fmt.Errorf("the image has %d layers, more than the %d airlock unpacks: squash it", layers, MaxLayers)
 	}
 	if len(c.RootFS.DiffIDs) != layers {
 		return nil, fmt.Errorf("the config lists %d diff_ids for %d layers", len(c.RootFS.DiffIDs), layers)

@@ -9,66 +9,54 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 )
 
 // maxArchiveEntries bounds the files an image archive (not a layer) holds.
 const maxArchiveEntries = 1 << 16
 
-// store reads the files of an image: a folder, or a tar archive of one
-// (whose members are found once by their offsets, then read in place).
+// store reads the files of an image: a folder, whose files an opener
+// opens (beneath the folder, no symlink followed: openBeneath), or a tar
+// archive of one, whose members are found once by their offsets and then
+// read in place.
 type store struct {
-	dir     string             // the folder, or "" for an archive
-	f       *os.File           // the archive
-	members map[string]section // the archive's regular files by cleaned name
+	opener  func(name string) (*os.File, error) // the folder's; nil for an archive
+	f       *os.File                            // the archive
+	members map[string]section                  // the archive's regular files by cleaned name
 }
 
 // section is where an archive member's bytes are.
 type section struct{ off, size int64 }
 
-func openStore(src string) (*store, error) {
-	fi, err := os.Stat(src)
-	if err != nil {
-		return nil, err
-	}
-	if fi.IsDir() {
-		return &store{dir: src}, nil
-	}
-	f, err := os.Open(src)
-	if err != nil {
-		return nil, err
-	}
+// archiveStore indexes the archive f (a tar of an image). It reads only
+// the headers: a member's bytes are skipped with Seek.
+func archiveStore(f *os.File) (*store, error) {
 	st := &store{f: f, members: map[string]section{}}
-	cr := &countingReader{r: f}
-	tr := tar.NewReader(cr)
+	tr := tar.NewReader(f)
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			f.Close()
 			return nil, fmt.Errorf("not a tar archive of an image: %w", err)
 		}
 		if n >= maxArchiveEntries {
-			f.Close()
 			return nil, fmt.Errorf("more than %d files in the archive: it is not an image archive", maxArchiveEntries)
 		}
-		if h.Typeflag != tar.TypeReg {
+		if h.Typeflag != tar.TypeReg || h.Size < 0 {
 			continue
 		}
-		// tar.Reader reads exactly the headers: the member's bytes start
-		// where the counter stands.
-		st.members[path.Clean("/" + h.Name)[1:]] = section{off: cr.n, size: h.Size}
+		// tar.Reader reads exactly the headers and seeks over the bytes
+		// of the members it skips: the member's bytes start where the
+		// file's offset stands.
+		off, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return nil, err
+		}
+		st.members[path.Clean("/" + h.Name)[1:]] = section{off: off, size: h.Size}
 	}
 	return st, nil
-}
-
-func (st *store) close() {
-	if st.f != nil {
-		st.f.Close()
-	}
 }
 
 // has reports whether the store holds the named regular file.
@@ -77,15 +65,20 @@ func (st *store) has(name string) bool {
 		_, ok := st.members[name]
 		return ok
 	}
-	fi, err := os.Lstat(filepath.Join(st.dir, filepath.FromSlash(name)))
-	return err == nil && fi.Mode().IsRegular()
+	f, err := st.opener(name)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 // open opens a named file of the store. Names come from the image; a name
-// that leaves the store, or a member that is a symlink, is refused.
+// that leaves the store is refused, and so (by the opener) is a file
+// reached through a symlink or that is not a regular file.
 func (st *store) open(name string) (io.ReadCloser, error) {
 	clean := path.Clean("/" + name)[1:]
-	if clean == "" || strings.HasPrefix(name, "/") || clean != name && clean != strings.TrimPrefix(name, "./") {
+	if clean == "" || len(name) > MaxName || strings.HasPrefix(name, "/") || clean != name && clean != strings.TrimPrefix(name, "./") {
 		return nil, fmt.Errorf("the image names the file %q, which is not a plain relative path", name)
 	}
 	if st.f != nil {
@@ -95,15 +88,7 @@ func (st *store) open(name string) (io.ReadCloser, error) {
 		}
 		return io.NopCloser(io.NewSectionReader(st.f, s.off, s.size)), nil
 	}
-	p := filepath.Join(st.dir, filepath.FromSlash(clean))
-	fi, err := os.Lstat(p)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s in the layout is not a regular file", clean)
-	}
-	return os.Open(p)
+	return st.opener(clean)
 }
 
 // layerReader opens layer l: a blob of a layout, checked against its
@@ -120,19 +105,36 @@ func (st *store) layerReader(l descriptor) (io.ReadCloser, *hashingReader, error
 	if err != nil {
 		return nil, nil, err
 	}
-	hr := newHashingReader(r)
-	return r, hr, nil
+	var in io.Reader = r
+	if !ok {
+		// A blob is read no further than its size: more is refused
+		// without reading the rest.
+		in = &sized{r: r, left: l.Size, digest: l.Digest}
+	}
+	return r, newHashingReader(in), nil
 }
 
-// countingReader counts the bytes read through it.
-type countingReader struct {
-	r io.Reader
-	n int64
+// sized reads a blob and fails once it is longer than its descriptor
+// says.
+type sized struct {
+	r      io.Reader
+	left   int64
+	digest string
 }
 
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
+func (s *sized) Read(p []byte) (int, error) {
+	if s.left <= 0 {
+		var one [1]byte
+		if n, _ := io.ReadFull(s.r, one[:]); n > 0 {
+			return 0, fmt.Errorf("blob %s is longer than its descriptor's size: the image is damaged or was altered", s.digest)
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > s.left {
+		p = p[:s.left]
+	}
+	n, err := s.r.Read(p)
+	s.left -= int64(n)
 	return n, err
 }
 
