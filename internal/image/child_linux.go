@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/enforce/landlock"
+	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
 )
 
 // ChildArg0 is argv[0] of the re-executed unpack (sandbox.Init runs Child
@@ -165,7 +166,11 @@ func confine(mode, how string) (int, error) {
 		if err := dropCapabilities(all); err != nil {
 			return -1, err
 		}
-		return unix.Open("/root", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		root, err := unix.Open("/root", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, err
+		}
+		return root, filterSyscalls()
 	case modeLandlock:
 		// No namespaces: Landlock is the confinement, and it must hold.
 		// ABI 4: without a network namespace, Landlock must refuse TCP
@@ -173,9 +178,19 @@ func confine(mode, how string) (int, error) {
 		if err := restrict(fmt.Sprintf("/proc/self/fd/%d", childRoot), "/", all, 4); err != nil {
 			return -1, fmt.Errorf("%w: without user namespaces the unpack needs Landlock ABI 4 (Linux 6.7)", err)
 		}
-		return childRoot, nil
+		return childRoot, filterSyscalls()
 	}
 	return -1, fmt.Errorf("unknown mode %q", mode)
+}
+
+// filterSyscalls installs the child's seccomp filter on every thread
+// (TSYNC), last: it refuses what the steps before it needed.
+func filterSyscalls() error {
+	prog, err := childFilter()
+	if err == nil {
+		err = seccomp.Install(prog)
+	}
+	return err
 }
 
 // newRoot makes the child's root a read-only tmpfs holding only the
@@ -186,6 +201,12 @@ func newRoot(how string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
+	// Before the tmpfs: the entry's path may be below /tmp.
+	tree, err := entryTree(how)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
 	const at = "/tmp"
 	if err := unix.Mount("tmpfs", at, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,nr_inodes=8,mode=0755"); err != nil {
 		return fmt.Errorf("mount the root tmpfs: %w", err)
@@ -198,11 +219,6 @@ func newRoot(how string) error {
 		return err
 	}
 	unix.Close(fd)
-	tree, err := entryTree(how)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(tree)
 	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, at+"/root", unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach the entry's root: %w", err)
 	}
