@@ -419,3 +419,61 @@ func TestAttackHugeAndMany(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackTamperedEntry: an entry at the image's key that is not what
+// airlock leaves there (a symlink to a folder elsewhere, no marker, a
+// marker naming another image or through a symlink, a root that is a
+// symlink, a stray file) is refused, saying to remove it, and never used.
+func TestAttackTamperedEntry(t *testing.T) {
+	src := layout(t, [][]entry{{dir("usr/"), dir("usr/lib/"), file("usr/who", "good")}}, nil)
+	elsewhere := t.TempDir()
+	for _, tt := range []struct {
+		name   string
+		tamper func(entry string)
+	}{
+		{"entry-is-symlink", func(e string) {
+			os.Rename(e, filepath.Join(elsewhere, "moved"))
+			os.Symlink(filepath.Join(elsewhere, "moved"), e)
+		}},
+		{"no-marker", func(e string) { os.Remove(filepath.Join(e, "done")) }},
+		{"marker-of-another-image", func(e string) {
+			os.Remove(filepath.Join(e, "done"))
+			doc, _ := Key(KindOCI, sum([]byte("other")), nil)
+			os.WriteFile(filepath.Join(e, "done"), []byte(doc), 0o444)
+		}},
+		{"marker-is-symlink", func(e string) {
+			os.Rename(filepath.Join(e, "done"), filepath.Join(elsewhere, "done"))
+			os.Symlink(filepath.Join(elsewhere, "done"), filepath.Join(e, "done"))
+		}},
+		{"marker-writable", func(e string) { os.Chmod(filepath.Join(e, "done"), 0o666) }},
+		{"rootfs-is-symlink", func(e string) {
+			os.Rename(filepath.Join(e, "rootfs"), filepath.Join(elsewhere, "rootfs"))
+			os.Symlink(filepath.Join(elsewhere, "rootfs"), filepath.Join(e, "rootfs"))
+		}},
+		{"entry-is-file", func(e string) {
+			os.Rename(e, filepath.Join(elsewhere, "gone"))
+			os.WriteFile(e, nil, 0o600)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cache := t.TempDir()
+			u, err := unpackIt(src, cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(u.Dir, "usr/who"), []byte("evil"), 0o644)
+			os.RemoveAll(filepath.Join(elsewhere, "moved"))
+			os.RemoveAll(filepath.Join(elsewhere, "rootfs"))
+			os.RemoveAll(filepath.Join(elsewhere, "done"))
+			tt.tamper(filepath.Dir(u.Dir))
+			again, err := unpackIt(src, cache)
+			if err == nil {
+				got, _ := os.ReadFile(filepath.Join(again.Dir, "usr/who"))
+				t.Fatalf("Unpack used the tampered entry (usr/who %q, cached %v)", got, again.Cached)
+			}
+			if !strings.Contains(err.Error(), "remove it") {
+				t.Errorf("Unpack refused the tampered entry with %q, which does not say what to do", err)
+			}
+		})
+	}
+}

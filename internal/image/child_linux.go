@@ -131,7 +131,7 @@ func askCaller(name string) (*os.File, error) {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		return nil, fmt.Errorf("%s: %s", name, m.Error)
+		return nil, fmt.Errorf("%q: %s", name, m.Error)
 	}
 	return os.NewFile(uintptr(fd), name), nil
 }

@@ -174,11 +174,11 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		return nil // the root's own entry: its mode is airlock's
 	}
 	if d := strings.Count(name, "/"); d > maxDepth {
-		return fmt.Errorf("%.100s...: %d folders deep, more than %d: the image is refused", name, d, maxDepth)
+		return fmt.Errorf("%.100q...: %d folders deep, more than %d: the image is refused", name, d, maxDepth)
 	}
 	dir, base := path.Split(name)
 	if len(base) > 255 {
-		return fmt.Errorf("%.100s...: a name over 255 bytes: the image is refused", name)
+		return fmt.Errorf("%.100q...: a name over 255 bytes: the image is refused", name)
 	}
 	if base == ".wh..wh..opq" {
 		return x.opaque(path.Clean(dir))
@@ -186,13 +186,13 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 	if gone, ok := strings.CutPrefix(base, ".wh."); ok {
 		if gone == "" || gone == "." || gone == ".." {
 			// ".wh.." would remove its own folder, ".wh..." the root.
-			return fmt.Errorf("%s: a whiteout of %q names no entry: the image is refused", name, gone)
+			return fmt.Errorf("%q: a whiteout of %q names no entry: the image is refused", name, gone)
 		}
 		return x.remove(path.Join(dir, gone))
 	}
 	pfd, err := x.parents(dir)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%q: %w", name, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
@@ -202,7 +202,7 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 			}
 		}
 	} else if !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%q: %w", name, err)
 	}
 	if err := x.keep(name); err != nil {
 		return err
@@ -212,7 +212,7 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 	switch h.Typeflag {
 	case tar.TypeDir:
 		if err := unix.Mkdirat(pfd, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%q: %w", name, err)
 		}
 		if h.Mode&0o1000 != 0 {
 			perm |= unix.S_ISVTX // /tmp's; set-id bits stay dropped
@@ -223,12 +223,12 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		return nil
 	case tar.TypeReg:
 		if h.Size < 0 || x.bytes+h.Size > maxBytes {
-			return fmt.Errorf("%s: over %d bytes in all: the image is too large to unpack", name, maxBytes)
+			return fmt.Errorf("%q: over %d bytes in all: the image is too large to unpack", name, maxBytes)
 		}
 		x.bytes += h.Size
 		fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%q: %w", name, err)
 		}
 		err = copyTo(fd, r, h.Size)
 		if err == nil {
@@ -236,14 +236,14 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 		}
 		unix.Close(fd)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%q: %w", name, err)
 		}
 		return nil
 	case tar.TypeSymlink:
 		// The link text is kept as it is: it is read inside the sandbox,
 		// where / is this root, and never followed while unpacking.
 		if err := unix.Symlinkat(h.Linkname, pfd, base); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%q: %w", name, err)
 		}
 		return nil
 	case tar.TypeLink:
@@ -261,20 +261,20 @@ func (x *extractor) entry(h *tar.Header, r io.Reader) error {
 func (x *extractor) hardlink(pfd int, base, name, from string) error {
 	sdir, sbase := path.Split(from)
 	if sbase == "" {
-		return fmt.Errorf("%s: a hard link to the root", name)
+		return fmt.Errorf("%q: a hard link to the root", name)
 	}
 	sfd, err := x.openDir(sdir)
 	if err != nil {
-		return fmt.Errorf("%s: hard link to %s, which is not a file the image made before it (%v)", name, from, err)
+		return fmt.Errorf("%q: hard link to %q, which is not a file the image made before it (%v)", name, from, err)
 	}
 	defer unix.Close(sfd)
 	var st unix.Stat_t
 	if err := unix.Fstatat(sfd, sbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return fmt.Errorf("%s: hard link to %s, which is not a file the image made before it", name, from)
+		return fmt.Errorf("%q: hard link to %q, which is not a file the image made before it", name, from)
 	}
 	// linkat(2) without AT_SYMLINK_FOLLOW links the entry itself.
 	if err := unix.Linkat(sfd, sbase, pfd, base, 0); err != nil {
-		return fmt.Errorf("%s: hard link to %s: %w", name, from, err)
+		return fmt.Errorf("%q: hard link to %q: %w", name, from, err)
 	}
 	return nil
 }
@@ -347,7 +347,7 @@ func (x *extractor) walk(dir string, create bool) (int, error) {
 		return fd, nil
 	}
 	if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
-		return -1, fmt.Errorf("%s: %w", dir, err)
+		return -1, fmt.Errorf("%q: %w", dir, err)
 	}
 	// Find which folder is missing or wrong, for the message or to make it.
 	cur, err := unix.Dup(x.root)
@@ -366,11 +366,11 @@ func (x *extractor) walk(dir string, create bool) (int, error) {
 		unix.Close(cur)
 		switch {
 		case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV):
-			return -1, fmt.Errorf("%s is a symlink, and an entry below it would be written wherever it leads: the image is refused", so)
+			return -1, fmt.Errorf("%q is a symlink, and an entry below it would be written wherever it leads: the image is refused", so)
 		case errors.Is(err, unix.ENOTDIR):
-			return -1, fmt.Errorf("%s is not a folder", so)
+			return -1, fmt.Errorf("%q is not a folder", so)
 		case err != nil:
-			return -1, fmt.Errorf("%s: %w", so, err)
+			return -1, fmt.Errorf("%q: %w", so, err)
 		}
 		cur = next
 	}
@@ -397,7 +397,7 @@ func (x *extractor) removeAt(pfd int, base, name string) error {
 		x.forgetParent() // the cached folder goes with it (pfd is above it)
 	}
 	if err := removeAll(pfd, base, maxDepth+1); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return fmt.Errorf("%q: %w", name, err)
 	}
 	return nil
 }
@@ -407,12 +407,12 @@ func (x *extractor) removeAt(pfd int, base, name string) error {
 func (x *extractor) opaque(dir string) error {
 	fd, err := x.walk(dir+"/", true)
 	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
+		return fmt.Errorf("%q: %w", dir, err)
 	}
 	defer unix.Close(fd)
 	names, err := readNames(fd)
 	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
+		return fmt.Errorf("%q: %w", dir, err)
 	}
 	for _, n := range names {
 		p := path.Join(dir, n)
@@ -437,12 +437,12 @@ func (x *extractor) finish() error {
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EXDEV) {
 				continue
 			}
-			return fmt.Errorf("%s: %w", d, err)
+			return fmt.Errorf("%q: %w", d, err)
 		}
 		err = unix.Fchmod(fd, mode)
 		unix.Close(fd)
 		if err != nil {
-			return fmt.Errorf("%s: %w", d, err)
+			return fmt.Errorf("%q: %w", d, err)
 		}
 	}
 	return nil

@@ -306,10 +306,10 @@ func (st *store) readAll(name string, max int64) ([]byte, error) {
 	defer r.Close()
 	b, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%q: %w", name, err)
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s is over %d bytes", name, max)
+		return nil, fmt.Errorf("%q is over %d bytes", name, max)
 	}
 	return b, nil
 }

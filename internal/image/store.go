@@ -84,7 +84,7 @@ func (st *store) open(name string) (io.ReadCloser, error) {
 	if st.f != nil {
 		s, ok := st.members[clean]
 		if !ok {
-			return nil, fmt.Errorf("the archive has no file %s", clean)
+			return nil, fmt.Errorf("the archive has no file %q", clean)
 		}
 		return io.NopCloser(io.NewSectionReader(st.f, s.off, s.size)), nil
 	}

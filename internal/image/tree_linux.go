@@ -56,7 +56,7 @@ func removeAll(dirfd int, name string, depth int) error {
 		}
 		for _, n := range names {
 			if err := removeAll(fd, n, depth-1); err != nil {
-				return fmt.Errorf("%s: %w", n, err)
+				return fmt.Errorf("%q: %w", n, err)
 			}
 		}
 	}
@@ -80,11 +80,11 @@ type giveTree struct {
 // give checks and gives the folder fd (path rel) and everything below it.
 func (g *giveTree) give(fd int, rel string, depth int) error {
 	if depth > maxDepth+1 {
-		return fmt.Errorf("%s: more than %d folders deep", rel, maxDepth)
+		return fmt.Errorf("%q: more than %d folders deep", rel, maxDepth)
 	}
 	names, err := readNames(fd)
 	if err != nil {
-		return fmt.Errorf("%s: %w", rel, err)
+		return fmt.Errorf("%q: %w", rel, err)
 	}
 	for _, n := range names {
 		if g.entries++; g.entries > maxEntries+1 {
@@ -93,19 +93,19 @@ func (g *giveTree) give(fd int, rel string, depth int) error {
 		p := path.Join(rel, n)
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
+			return fmt.Errorf("%q: %w", p, err)
 		}
 		again := st.Nlink > 1 && g.given[[2]uint64{uint64(st.Dev), uint64(st.Ino)}]
 		if (int(st.Uid) != g.childUID || int(st.Gid) != g.childGID) && !again {
-			return fmt.Errorf("%s is owned by %d:%d, not the unpack's %d:%d", p, st.Uid, st.Gid, g.childUID, g.childGID)
+			return fmt.Errorf("%q is owned by %d:%d, not the unpack's %d:%d", p, st.Uid, st.Gid, g.childUID, g.childGID)
 		}
 		if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
-			return fmt.Errorf("%s has a set-id bit (mode %o)", p, st.Mode)
+			return fmt.Errorf("%q has a set-id bit (mode %o)", p, st.Mode)
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR, unix.S_IFREG, unix.S_IFLNK:
 		default:
-			return fmt.Errorf("%s is neither a folder, a file nor a symlink (mode %o)", p, st.Mode)
+			return fmt.Errorf("%q is neither a folder, a file nor a symlink (mode %o)", p, st.Mode)
 		}
 		if (g.uid != g.childUID || g.gid != g.childGID) && !again {
 			if st.Nlink > 1 {
@@ -116,7 +116,7 @@ func (g *giveTree) give(fd int, rel string, depth int) error {
 			}
 			// fchownat(2) AT_SYMLINK_NOFOLLOW: a link itself, never its target.
 			if err := unix.Fchownat(fd, n, g.uid, g.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-				return fmt.Errorf("%s: %w", p, err)
+				return fmt.Errorf("%q: %w", p, err)
 			}
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
@@ -124,7 +124,7 @@ func (g *giveTree) give(fd int, rel string, depth int) error {
 		}
 		cfd, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("%s: %w", p, err)
+			return fmt.Errorf("%q: %w", p, err)
 		}
 		err = g.give(cfd, p, depth+1)
 		unix.Close(cfd)

@@ -227,7 +227,7 @@ func openBeneath(dir *os.File, name string) (*os.File, error) {
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 	})
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-		return nil, fmt.Errorf("%s in the layout is reached through a symlink or a mount: the image is refused", name)
+		return nil, fmt.Errorf("%q in the layout is reached through a symlink or a mount: the image is refused", name)
 	}
 	if err != nil {
 		return nil, err
@@ -235,7 +235,7 @@ func openBeneath(dir *os.File, name string) (*os.File, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, fmt.Errorf("%s in the layout is not a regular file", name)
+		return nil, fmt.Errorf("%q in the layout is not a regular file", name)
 	}
 	return os.NewFile(uintptr(fd), name), nil
 }
