@@ -55,7 +55,7 @@ func layerTar(t testing.TB, es []entry) []byte {
 	return b.Bytes()
 }
 
-func gz(t *testing.T, b []byte) []byte {
+func gz(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	w := gzip.NewWriter(&out)
@@ -69,7 +69,7 @@ func sum(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.Encode
 // layout writes an OCI image layout of the layers (each gzipped) into a
 // new folder; tamper, when set, changes a layer blob after its digest
 // was taken.
-func layout(t *testing.T, layers [][]entry, tamper func(i int, blob []byte) []byte) string {
+func layout(t testing.TB, layers [][]entry, tamper func(i int, blob []byte) []byte) string {
 	t.Helper()
 	dir := t.TempDir()
 	blobs := filepath.Join(dir, "blobs", "sha256")

@@ -162,9 +162,3 @@ func (h *hashingReader) Read(p []byte) (int, error) {
 }
 
 func (h *hashingReader) digest() string { return "sha256:" + hex.EncodeToString(h.h.Sum(nil)) }
-
-// digestOf is the sha256 digest of b.
-func digestOf(b []byte) string {
-	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
-}
