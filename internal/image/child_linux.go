@@ -108,7 +108,7 @@ func runChild() error {
 	defer x.close()
 	for i, l := range img.layers {
 		if err := x.layer(st, l, img.diffIDs[i]); err != nil {
-			return fmt.Errorf("layer %d (%s): %w", i+1, l.Digest, err)
+			return fmt.Errorf("layer %d (%q): %w", i+1, l.Digest, err)
 		}
 	}
 	if err := x.finish(); err != nil {

@@ -31,6 +31,9 @@ type section struct{ off, size int64 }
 // archiveStore indexes the archive f (a tar of an image). It reads only
 // the headers: a member's bytes are skipped with Seek.
 func archiveStore(f *os.File) (*store, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("not an image archive: %w", err)
+	}
 	st := &store{f: f, members: map[string]section{}}
 	tr := tar.NewReader(f)
 	for n := 0; ; n++ {
