@@ -406,6 +406,24 @@ func TestAttackHugeAndMany(t *testing.T) {
 			t.Errorf("Unpack of a file 1000 folders deep = %+v, %v; want a refusal naming the depth", u, err)
 		}
 	})
+	t.Run("header-bomb", func(t *testing.T) {
+		// Small files with huge PAX headers: the uncompressed stream is
+		// bounded, not only the files' bytes.
+		oldB, oldE := maxBytes, maxEntries
+		maxBytes, maxEntries = 1<<20, 100
+		defer func() { maxBytes, maxEntries = oldB, oldE }()
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		for i := range 8 {
+			tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("f%d", i), Typeflag: tar.TypeReg, Mode: 0o644, Format: tar.FormatPAX,
+				PAXRecords: map[string]string{"SCHILY.xattr.user.x": strings.Repeat("x", 900<<10)}})
+		}
+		tw.Close()
+		cfg, _ := json.Marshal(map[string]any{"os": "linux", "rootfs": map[string]any{"type": "layers", "diff_ids": []string{sum(b.Bytes())}}})
+		if _, err := unpackIt(dockerArchive(t, cfg, b.Bytes()), t.TempDir()); err == nil || !strings.Contains(err.Error(), "uncompressed bytes") {
+			t.Errorf("Unpack of 7 MiB of headers over a bound of 1.8 MiB = %v", err)
+		}
+	})
 	t.Run("many", func(t *testing.T) {
 		old := maxEntries
 		maxEntries = 100
