@@ -38,9 +38,12 @@ type Config struct {
 	Executable string
 
 	// ImageCache is where a policy's rootfs that is an image (an OCI
-	// layout, or an OCI or Docker archive) is unpacked, once per image
-	// digest. Empty means airlock/images in the user's cache folder
-	// (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache).
+	// layout, or an OCI or Docker archive) is unpacked, once per digest of
+	// what it unpacks to, by this program re-executed in a confined child
+	// (so Init must have been called). It and its parents must be owned by
+	// this user or root and writable by no one else. Empty means
+	// airlock/images in the user's cache folder (os.UserCacheDir:
+	// $XDG_CACHE_HOME or ~/.cache).
 	ImageCache string
 
 	// FSAudit reports filesystem denials in the Report, read from the

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/internal/sibling"
 )
 
@@ -60,4 +62,15 @@ func openInitNextTo(self string) *os.File {
 		return nil
 	}
 	return f
+}
+
+// unpackImage unpacks the image src below cache (image.Unpack) in a child
+// that re-executes this program: Init dispatches it. airlock-init does not
+// hold the unpack (its start is on the path of every sandbox), so neither
+// Config.Executable nor a sibling airlock-init is used for it.
+func unpackImage(src, cache string) (*image.Unpacked, error) {
+	if !initCalled.Load() {
+		return nil, fmt.Errorf("image %s: the unpack re-executes this program, which never called sandbox.Init(): call sandbox.Init() first thing in main", src)
+	}
+	return image.Unpack(src, cache, image.Options{})
 }

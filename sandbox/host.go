@@ -67,8 +67,9 @@ func (h placedHost) Lstat(path string) (exists, dir bool, link string, err error
 }
 
 // environment resolves the policy's rootfs for req: a folder as it is, or
-// an image unpacked (once, cached by its digest) below Config.ImageCache,
-// and returns the hostFS that looks tools up in it.
+// an image unpacked (once, cached by the digest of what it unpacks to, in
+// a confined child: see internal/image) below Config.ImageCache, and
+// returns the hostFS that looks tools up in it.
 func (cfg Config) environment(req *plan.Request) (*hostFS, error) {
 	root := cfg.Policy.Rootfs()
 	if root == "" || !image.IsImage(root) {
@@ -91,7 +92,7 @@ func (cfg Config) environment(req *plan.Request) (*hostFS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image cache: %w", err)
 	}
-	u, err := image.Unpack(root, cache)
+	u, err := unpackImage(root, cache)
 	if err != nil {
 		return nil, fmt.Errorf("rootfs: %w", err)
 	}

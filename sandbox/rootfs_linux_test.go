@@ -292,7 +292,7 @@ func TestEnvironmentFromImage(t *testing.T) {
 	if rep.Enforcement.Rootfs != src || !strings.HasPrefix(rep.Enforcement.RootfsDigest, "sha256:") {
 		t.Errorf("enforcement rootfs %q digest %q, want the image and its digest", rep.Enforcement.Rootfs, rep.Enforcement.RootfsDigest)
 	}
-	unpacked := filepath.Join(cache, strings.TrimPrefix(rep.Enforcement.RootfsDigest, "sha256:"))
+	unpacked := filepath.Join(cache, strings.TrimPrefix(rep.Enforcement.RootfsDigest, "sha256:"), "rootfs")
 	if _, err := os.Stat(unpacked + "/usr/bin/tree"); err != nil {
 		t.Errorf("the image was not unpacked at %s: %v", unpacked, err)
 	}

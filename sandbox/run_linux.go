@@ -6,20 +6,29 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
+	"github.com/airlock-sandbox/airlock/internal/image"
 	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
-// Init hands control to the sandbox's init when this process is the
-// re-executed child; otherwise it returns at once. Call it first in main.
+// Init hands control to the sandbox's init, or to the image unpack, when
+// this process is the re-executed child; otherwise it returns at once.
+// Call it first in main.
 func Init() {
 	initCalled.Store(true)
+	if len(os.Args) > 0 && os.Args[0] == image.ChildArg0 {
+		// The unpack re-executes the supervisor's own binary, which links
+		// the image package anyway; airlock-init, on the path of every
+		// sandbox start, does not link the tar and gzip readers.
+		image.Child()
+	}
 	nsinit.Dispatch() // the same table as cmd/airlock-init's
 }
 

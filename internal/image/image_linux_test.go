@@ -34,7 +34,7 @@ func hardlink(name, to string) entry {
 }
 
 // layerTar returns the uncompressed tar of entries.
-func layerTar(t *testing.T, es []entry) []byte {
+func layerTar(t testing.TB, es []entry) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
@@ -55,7 +55,7 @@ func layerTar(t *testing.T, es []entry) []byte {
 	return b.Bytes()
 }
 
-func gz(t *testing.T, b []byte) []byte {
+func gz(t testing.TB, b []byte) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	w := gzip.NewWriter(&out)
@@ -69,7 +69,7 @@ func sum(b []byte) string { s := sha256.Sum256(b); return "sha256:" + hex.Encode
 // layout writes an OCI image layout of the layers (each gzipped) into a
 // new folder; tamper, when set, changes a layer blob after its digest
 // was taken.
-func layout(t *testing.T, layers [][]entry, tamper func(i int, blob []byte) []byte) string {
+func layout(t testing.TB, layers [][]entry, tamper func(i int, blob []byte) []byte) string {
 	t.Helper()
 	dir := t.TempDir()
 	blobs := filepath.Join(dir, "blobs", "sha256")
@@ -158,11 +158,11 @@ func TestUnpackLayout(t *testing.T) {
 		t.Fatal("IsImage(layout) = false")
 	}
 	cache := t.TempDir()
-	u, err := Unpack(src, cache)
+	u, err := Unpack(src, cache, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Cached || !validDigest(u.Digest) || u.Dir != filepath.Join(cache, strings.TrimPrefix(u.Digest, "sha256:")) {
+	if u.Cached || !validDigest(u.Digest) || u.Dir != filepath.Join(cache, strings.TrimPrefix(u.Digest, "sha256:"), "rootfs") {
 		t.Errorf("Unpack = %+v", u)
 	}
 	read := func(p string) string { b, _ := os.ReadFile(filepath.Join(u.Dir, p)); return string(b) }
@@ -193,11 +193,11 @@ func TestUnpackLayout(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(cache), "outside")); err == nil {
 		t.Errorf("an entry climbed out of the root")
 	}
-	again, err := Unpack(src, cache)
+	again, err := Unpack(src, cache, Options{})
 	if err != nil || !again.Cached || again.Dir != u.Dir {
 		t.Errorf("second Unpack = %+v, %v; want the cache", again, err)
 	}
-	arch, err := Unpack(tarOf(t, src), t.TempDir())
+	arch, err := Unpack(tarOf(t, src), t.TempDir(), Options{})
 	if err != nil || arch.Digest != u.Digest {
 		t.Errorf("the OCI archive of the layout: %+v %v, want digest %s", arch, err, u.Digest)
 	}
@@ -214,12 +214,12 @@ func TestUnpackDockerArchive(t *testing.T) {
 	os.WriteFile(filepath.Join(dirp, "cfg.json"), cfg, 0o644)
 	man, _ := json.Marshal([]map[string]any{{"Config": "cfg.json", "Layers": []string{"abc/layer.tar"}}})
 	os.WriteFile(filepath.Join(dirp, "manifest.json"), man, 0o644)
-	u, err := Unpack(tarOf(t, dirp), t.TempDir())
+	u, err := Unpack(tarOf(t, dirp), t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.Digest != sum(cfg) {
-		t.Errorf("digest %s, want the config's %s", u.Digest, sum(cfg))
+	if _, want := Key(KindDocker, sum(cfg), []string{sum(raw)}); u.Digest != want {
+		t.Errorf("digest %s, want the key of the config %s and the layer, %s", u.Digest, sum(cfg), want)
 	}
 	if b, _ := os.ReadFile(filepath.Join(u.Dir, "usr/lib/x")); string(b) != "x" {
 		t.Errorf("usr/lib/x = %q", b)
@@ -250,13 +250,13 @@ func TestUnpackRefusesHostileImages(t *testing.T) {
 		{"through-symlink-lower-layer", [][]entry{{dir("usr/"), symlink("usr/esc", outside)}, {file("usr/esc/pwned", "x")}}, nil, "is a symlink"},
 		{"hardlink-to-host", [][]entry{{dir("usr/"), hardlink("usr/passwd", "/etc/passwd")}}, nil, "not a file the image made"},
 		{"hardlink-through-symlink", [][]entry{{dir("usr/"), symlink("usr/etc", "/etc"), hardlink("usr/passwd", "usr/etc/passwd")}}, nil, "is a symlink"},
-		{"diff-id-mismatch", [][]entry{{dir("usr/")}, {file("usr/x", "x")}}, tamperLast, "not the"},
+		{"diff-id-mismatch", [][]entry{{dir("usr/")}, {file("usr/x", "x")}}, tamperLast, "damaged or was altered"},
 		{"whiteout-of-dotdot", [][]entry{{dir("usr/"), file("usr/keep", "k")}, {file("usr/.wh...", "")}}, nil, "names no entry"},
 		{"whiteout-of-dot", [][]entry{{dir("usr/"), file("usr/keep", "k")}, {file("usr/.wh..", "")}}, nil, "names no entry"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cache := t.TempDir()
-			_, err := Unpack(layout(t, tt.layers, tt.tamper), cache)
+			_, err := Unpack(layout(t, tt.layers, tt.tamper), cache, Options{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Unpack = %v, want an error containing %q", err, tt.want)
 			}
@@ -284,13 +284,13 @@ func TestUnpackRefusesHostileImages(t *testing.T) {
 				os.WriteFile(b, out.Bytes(), 0o644)
 			}
 		}
-		if _, err := Unpack(src, t.TempDir()); err == nil || !strings.Contains(err.Error(), "damaged or was altered") {
+		if _, err := Unpack(src, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "damaged or was altered") {
 			t.Errorf("Unpack with a swapped blob = %v", err)
 		}
 	})
 	t.Run("zstd", func(t *testing.T) {
 		src := layout(t, [][]entry{{dir("usr/")}}, func(int, []byte) []byte { return append(append([]byte{}, magicZstd...), 0, 0, 0) })
-		if _, err := Unpack(src, t.TempDir()); err == nil || !strings.Contains(err.Error(), "zstd") {
+		if _, err := Unpack(src, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "zstd") {
 			t.Errorf("Unpack of a zstd layer = %v", err)
 		}
 	})
@@ -298,14 +298,14 @@ func TestUnpackRefusesHostileImages(t *testing.T) {
 		old := maxBytes
 		maxBytes = 10
 		defer func() { maxBytes = old }()
-		if _, err := Unpack(layout(t, [][]entry{{file("big", strings.Repeat("x", 11))}}, nil), t.TempDir()); err == nil || !strings.Contains(err.Error(), "too large") {
+		if _, err := Unpack(layout(t, [][]entry{{file("big", strings.Repeat("x", 11))}}, nil), t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "too large") {
 			t.Errorf("Unpack over the limit = %v", err)
 		}
 	})
 	t.Run("not-an-image", func(t *testing.T) {
 		empty := t.TempDir()
 		os.WriteFile(filepath.Join(empty, "readme"), nil, 0o644)
-		if _, err := Unpack(empty, t.TempDir()); err == nil || !strings.Contains(err.Error(), "neither an OCI image layout") {
+		if _, err := Unpack(empty, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "neither an OCI image layout") {
 			t.Errorf("Unpack of a folder = %v", err)
 		}
 	})
@@ -317,8 +317,49 @@ func TestUnpackRefusesHostileImages(t *testing.T) {
 		idx["manifests"] = append(idx["manifests"], idx["manifests"][0])
 		b, _ = json.Marshal(idx)
 		os.WriteFile(filepath.Join(src, "index.json"), b, 0o644)
-		if _, err := Unpack(src, t.TempDir()); err == nil || !strings.Contains(err.Error(), "lists 2 manifests") {
+		if _, err := Unpack(src, t.TempDir(), Options{}); err == nil || !strings.Contains(err.Error(), "lists 2 manifests") {
 			t.Errorf("Unpack of two images = %v", err)
+		}
+	})
+}
+
+// TestUnpackReplaces: a later entry or layer replaces what an earlier one
+// made, whatever the types: a folder by a symlink, a symlink by a file or
+// a folder, a file by a hard link; a whiteout and a new entry of the same
+// name; and the replaced folder's mode goes nowhere.
+func TestUnpackReplaces(t *testing.T) {
+	eachMode(t, func(t *testing.T) {
+		layers := [][]entry{
+			{dir("usr/"), dir("usr/lib/"), {name: "d/", typ: tar.TypeDir, mode: 0o777}, file("d/f", "f"), symlink("s", "/nowhere"), symlink("s2", "/nowhere"), file("h", "h"), file("a", "a"), dir("w/"), file("w/old", "old")},
+			{symlink("d", "/usr"), file("s", "file now"), {name: "s2/", typ: tar.TypeDir, mode: 0o750}, hardlink("h", "a"), file(".wh.w", ""), dir("w/"), file("w/new", "new")},
+		}
+		u, err := Unpack(layout(t, layers, nil), t.TempDir(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := func(n string) string { return filepath.Join(u.Dir, n) }
+		if l, err := os.Readlink(p("d")); err != nil || l != "/usr" {
+			t.Errorf("d = %q %v, want the symlink to /usr", l, err)
+		}
+		if b, _ := os.ReadFile(p("s")); string(b) != "file now" {
+			t.Errorf("s = %q", b)
+		}
+		if fi, err := os.Lstat(p("s2")); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o750 {
+			t.Errorf("s2 = %v %v, want a folder 0750", fi, err)
+		}
+		a, _ := os.Stat(p("a"))
+		h, _ := os.Stat(p("h"))
+		if !os.SameFile(a, h) {
+			t.Errorf("h is not a hard link to a")
+		}
+		if _, err := os.Lstat(p("w/old")); err == nil {
+			t.Errorf("w/old survived the whiteout of w")
+		}
+		if b, _ := os.ReadFile(p("w/new")); string(b) != "new" {
+			t.Errorf("w/new = %q", b)
+		}
+		if fi, _ := os.Stat("/usr"); fi.Mode().Perm() != 0o755 {
+			t.Errorf("the host's /usr is %v now", fi.Mode())
 		}
 	})
 }
