@@ -160,12 +160,12 @@ func Config(pl *plan.Plan, p *policy.Policy, opts Options) (*Bundle, error) {
 			NoNewPrivileges: pl.NoNewPrivileges,
 		},
 		Linux: &specs.Linux{
-			UIDMappings:   uids,
-			GIDMappings:   gids,
-			Namespaces:    ns,
-			Resources:     resources(pl.Limits),
-			Seccomp:       sc,
-			MaskedPaths:   pl.MaskedPaths,
+			UIDMappings: uids,
+			GIDMappings: gids,
+			Namespaces:  ns,
+			Resources:   resources(pl.Limits),
+			Seccomp:     sc,
+			MaskedPaths: pl.MaskedPaths,
 			// /dev is the runtime's own tmpfs, outside max_scratch: read-only
 			// once the runtime has made its nodes, as under the namespaces
 			// backend (device nodes stay writable on a read-only mount).
