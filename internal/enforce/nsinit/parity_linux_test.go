@@ -290,7 +290,9 @@ func TestOCIParity(t *testing.T) {
 				{"gid-map", []specs.LinuxIDMapping{{ContainerID: 0, HostID: oci.DefaultHostID, Size: idm.Size}}, s.Linux.GIDMappings},
 				{"default-host-id-in-root-range", true, oci.DefaultHostID >= idm.RootFirst && oci.DefaultHostID < idm.RootFirst+idm.RootCount},
 				{"masked-paths", pl.MaskedPaths, s.Linux.MaskedPaths},
-				{"readonly-paths", pl.ReadonlyPaths, s.Linux.ReadonlyPaths},
+				// The runtime makes /dev as a tmpfs of its own, which the export
+				// makes read-only; the init's /dev is a folder of its read-only root.
+				{"readonly-paths", append(slices.Clone(pl.ReadonlyPaths), "/dev"), s.Linux.ReadonlyPaths},
 				{"capabilities-kept", len(pl.Capabilities), len(caps.Bounding) + len(caps.Effective) + len(caps.Inheritable) + len(caps.Permitted) + len(caps.Ambient)},
 				{"no-new-privileges", pl.NoNewPrivileges, s.Process.NoNewPrivileges},
 				{"rlimits", initRlimits(t, pl.Rlimits), func() map[string][2]uint64 {
