@@ -17,6 +17,10 @@ import (
 	"strings"
 )
 
+// OperatorImage is the name Node.ImportOperator gives the operator's
+// image, which the controller's Pods take airlock from.
+const OperatorImage = "localhost/k8stest/airlock-operator:1"
+
 // Image is a container image made here, without a registry or a builder:
 // layers of plain files, written as a `docker save` archive that
 // `ctr images import` reads (Node.Import).
