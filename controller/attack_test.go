@@ -42,6 +42,7 @@ func TestBinding(t *testing.T) {
 	t.Run("ForeignWarmPod", func(t *testing.T) { testForeignWarmPod(t, e) })
 	t.Run("StaleWarmPod", func(t *testing.T) { testStaleWarmPod(t, e) })
 	t.Run("ForgedPod", func(t *testing.T) { testForgedPod(t, e) })
+	t.Run("ChangedAfterBinding", func(t *testing.T) { testChangedAfterBinding(t, e) })
 }
 
 // tenant grants the user "tenant" rules in ns and returns a client that
@@ -301,6 +302,69 @@ func testForgedPod(t *testing.T, e *env) {
 	got := e.sandbox(t, ctx, ns, "victim", "bound", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
 	if got.Status.PodName == forged.Name || got.Status.Report != nil && got.Status.Report.Stdout == "forged" {
 		t.Errorf("the Sandbox took the tenant's pod %s: status %+v", forged.Name, got.Status)
+	}
+}
+
+// testChangedAfterBinding: a tenant who may update Pods changes a bound
+// Pod: the image of a new Pod (the kubelet would run it, restarting the
+// container), and the command annotation of a claimed warm Pod (the
+// kubelet may write it to the file before airlock reads it). Neither
+// Sandbox may report the run as its own: both end Failed, PodChanged.
+func testChangedAfterBinding(t *testing.T, e *env) {
+	ctx := testCtx(t)
+	ns := e.namespace(t, "changed")
+	tc := e.tenant(t, ns, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "update", "patch"}})
+	sb := &v1alpha1.Sandbox{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cold"},
+		Spec: v1alpha1.SandboxSpec{Policy: podPolicy, Image: "img", Command: []string{"python3", "job.py"}}}
+	if err := e.c.Create(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	sb = e.sandbox(t, ctx, ns, "cold", "bound", func(s *v1alpha1.Sandbox) bool { return s.Status.PodName != "" })
+	var pod corev1.Pod
+	if err := tc.Get(ctx, client.ObjectKey{Namespace: ns, Name: sb.Status.PodName}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	orig := pod.DeepCopy()
+	pod.Spec.Containers[0].Image = "evil.example/tools:1"
+	if err := tc.Patch(ctx, &pod, client.MergeFrom(orig)); err != nil {
+		t.Fatalf("the tenant could not change the image of pod %s: %v", pod.Name, err)
+	}
+	e.runPod(t, ctx, &pod)
+	e.endPod(t, ctx, &pod, 0, summary(t, 0))
+	got := e.sandbox(t, ctx, ns, "cold", "final", func(s *v1alpha1.Sandbox) bool { return s.Status.Phase == v1alpha1.PhaseFailed || s.Status.Phase == v1alpha1.PhaseSucceeded })
+	if c := meta.FindStatusCondition(got.Status.Conditions, controller.CondReady); got.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != controller.ReasonPodChanged || got.Status.Report != nil {
+		t.Errorf("a Sandbox whose pod's image a tenant changed: status %+v, want Failed, PodChanged, no report", got.Status)
+	} else {
+		t.Logf("image changed: %s", c.Message)
+	}
+
+	tp := &v1alpha1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "t"},
+		Spec: v1alpha1.SandboxTemplateSpec{Policy: podPolicy, Image: "img", WarmPool: 1}}
+	if err := e.c.Create(ctx, tp); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range e.waitPool(t, ctx, ns, "t", 1) {
+		e.runPod(t, ctx, &p)
+	}
+	e.waitReady(t, ctx, tp, 1)
+	claim := e.claimAndWait(t, ctx, ns, "warm", "t", []string{"python3", "job.py"})
+	if !claim.Status.Warm {
+		t.Fatalf("the claim was not bound to the ready warm pod: %+v", claim.Status)
+	}
+	if err := tc.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim.Status.PodName}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	orig = pod.DeepCopy()
+	pod.Annotations[controller.AnnotationArgv] = `["sh","-c","echo pwned"]`
+	if err := tc.Patch(ctx, &pod, client.MergeFrom(orig)); err != nil {
+		t.Fatalf("the tenant could not change the command of pod %s: %v", pod.Name, err)
+	}
+	e.endPod(t, ctx, &pod, 0, summary(t, 0))
+	got = e.sandbox(t, ctx, ns, "warm", "final", func(s *v1alpha1.Sandbox) bool { return s.Status.Phase == v1alpha1.PhaseFailed || s.Status.Phase == v1alpha1.PhaseSucceeded })
+	if c := meta.FindStatusCondition(got.Status.Conditions, controller.CondReady); got.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != controller.ReasonPodChanged || got.Status.Report != nil {
+		t.Errorf("a claim whose pod's command a tenant changed: status %+v, want Failed, PodChanged, no report", got.Status)
+	} else {
+		t.Logf("command changed: %s", c.Message)
 	}
 }
 

@@ -200,7 +200,7 @@ func changed(sb *v1alpha1.Sandbox, pod *corev1.Pod) string {
 		return "" // bound before the controller recorded digests
 	}
 	if d := podDigest(pod); d != sb.Status.PodDigest {
-		return "its spec's digest is " + d + ", not " + sb.Status.PodDigest + " (an image, or the Pod replaced)"
+		return "its spec is not the one bound, digest " + d + " instead of " + sb.Status.PodDigest + ": an image was changed, or the Pod replaced under its name"
 	}
 	if restarted(pod) {
 		return "a container restarted, as the kubelet does when its image is changed"
