@@ -79,6 +79,13 @@ func attacksOnNode(t *testing.T, base k8stest.Layer, hostNet bool) {
 		"/usr/local/bin/airlock":       {Data: []byte(fakeAirlock), Mode: 0o755},
 		"/home/agent/.aws/credentials": cred,
 	})
+	// The folder the enforcer is mounted on, as a symlink to the fake's:
+	// the mount must land where the command's path leads, over the fake.
+	linked := importImage(t, n, base, "localhost/k8stest/fake-airlock-linked:1", nil, map[string]k8stest.File{
+		"/usr/local/bin/airlock":       {Data: []byte(fakeAirlock), Mode: 0o755},
+		"/.airlock":                    {Link: "/usr/local/bin"},
+		"/home/agent/.aws/credentials": cred,
+	})
 	real := k8stest.AirlockFiles(t)
 	real["/home/agent/.aws/credentials"] = cred
 	plain := importImage(t, n, base, "localhost/k8stest/author:1", nil, real)
@@ -102,18 +109,20 @@ func attacksOnNode(t *testing.T, base k8stest.Layer, hostNet bool) {
 		return sb.Status.Report.Stdout
 	}
 
-	t.Run("fake-airlock", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		sb := run(t, ctx, "fake", v1alpha1.SandboxSpec{Image: fake, Policy: strictPolicy, Command: []string{"cat", "/home/agent/.aws/credentials"}})
-		t.Logf("status: phase %s, exit %v, report %+v", sb.Status.Phase, deref(sb.Status.ExitCode), sb.Status.Report)
-		if out := stdout(sb); strings.Contains(out, "FAKE-AIRLOCK") || strings.Contains(out, "AIRLOCKTESTSECRET") {
-			t.Errorf("the Pod ran the image's own airlock as the enforcer: report stdout %q", out)
-		}
-		if r := sb.Status.Report; r == nil || r.Backend != "landlock" || !strings.Contains(r.Stderr, "Permission denied") {
-			t.Errorf("the operator's airlock did not refuse the read: report %+v", r)
-		}
-	})
+	for _, img := range []struct{ name, image string }{{"fake", fake}, {"linked", linked}} {
+		t.Run("fake-airlock-"+img.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			sb := run(t, ctx, img.name, v1alpha1.SandboxSpec{Image: img.image, Policy: strictPolicy, Command: []string{"cat", "/home/agent/.aws/credentials"}})
+			t.Logf("status: phase %s, exit %v, report %+v", sb.Status.Phase, deref(sb.Status.ExitCode), sb.Status.Report)
+			if out := stdout(sb); strings.Contains(out, "FAKE-AIRLOCK") || strings.Contains(out, "AIRLOCKTESTSECRET") {
+				t.Errorf("the Pod ran the image's own airlock as the enforcer: report stdout %q", out)
+			}
+			if r := sb.Status.Report; r == nil || r.Backend != "landlock" || !strings.Contains(r.Stderr, "Permission denied") {
+				t.Errorf("the operator's airlock did not refuse the read: report %+v", r)
+			}
+		})
+	}
 
 	if !hostNet {
 		return // the rest does not depend on the network
