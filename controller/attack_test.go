@@ -331,7 +331,9 @@ func testChangedAfterBinding(t *testing.T, e *env) {
 	}
 	e.runPod(t, ctx, &pod)
 	e.endPod(t, ctx, &pod, 0, summary(t, 0))
-	got := e.sandbox(t, ctx, ns, "cold", "final", func(s *v1alpha1.Sandbox) bool { return s.Status.Phase == v1alpha1.PhaseFailed || s.Status.Phase == v1alpha1.PhaseSucceeded })
+	got := e.sandbox(t, ctx, ns, "cold", "final", func(s *v1alpha1.Sandbox) bool {
+		return s.Status.Phase == v1alpha1.PhaseFailed || s.Status.Phase == v1alpha1.PhaseSucceeded
+	})
 	if c := meta.FindStatusCondition(got.Status.Conditions, controller.CondReady); got.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != controller.ReasonPodChanged || got.Status.Report != nil {
 		t.Errorf("a Sandbox whose pod's image a tenant changed: status %+v, want Failed, PodChanged, no report", got.Status)
 	} else {
@@ -360,7 +362,9 @@ func testChangedAfterBinding(t *testing.T, e *env) {
 		t.Fatalf("the tenant could not change the command of pod %s: %v", pod.Name, err)
 	}
 	e.endPod(t, ctx, &pod, 0, summary(t, 0))
-	got = e.sandbox(t, ctx, ns, "warm", "final", func(s *v1alpha1.Sandbox) bool { return s.Status.Phase == v1alpha1.PhaseFailed || s.Status.Phase == v1alpha1.PhaseSucceeded })
+	got = e.sandbox(t, ctx, ns, "warm", "final", func(s *v1alpha1.Sandbox) bool {
+		return s.Status.Phase == v1alpha1.PhaseFailed || s.Status.Phase == v1alpha1.PhaseSucceeded
+	})
 	if c := meta.FindStatusCondition(got.Status.Conditions, controller.CondReady); got.Status.Phase != v1alpha1.PhaseFailed || c == nil || c.Reason != controller.ReasonPodChanged || got.Status.Report != nil {
 		t.Errorf("a claim whose pod's command a tenant changed: status %+v, want Failed, PodChanged, no report", got.Status)
 	} else {
