@@ -22,7 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
-const controllerSynopsis = `airlock controller [--kubeconfig FILE] [--namespace NS]... [flags]
+const controllerSynopsis = `airlock controller --airlock-image IMAGE [--kubeconfig FILE] [--namespace NS]... [flags]
 
 Runs the airlock controller: each Sandbox (airlock.dev/v1alpha1) becomes a
 Pod whose container runs 'airlock run --isolation landlock' under the
@@ -31,6 +31,9 @@ come back into the Sandbox's status; each SandboxTemplate keeps its warm
 pool of Pods that wait for a claim. Install the CRDs first:
 
   kubectl apply -f controller/api/v1alpha1/crd/
+
+and packaging/controller/ (the controller's ServiceAccount, and the admission
+policy that keeps everyone else from changing or imitating its Pods).
 
 The enforcer comes from the operator's image (--airlock-image, required),
 never from the image a Sandbox names: each Pod's init container runs
@@ -51,7 +54,7 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	leaderElect := fs.Bool("leader-elect", false, "take a Lease before reconciling, so that only one of several replicas acts")
 	leaderNS := fs.String("leader-election-namespace", "", "the namespace of the Lease (with --leader-elect); empty: the in-cluster namespace")
 	airlockImage := fs.String("airlock-image", "", "the operator's `IMAGE` the Pods' enforcer comes from (required): it holds airlock-controller, airlock and airlock-init in "+controller.ImageBin+"; name it by digest")
-	pullPolicy := fs.String("airlock-image-pull-policy", string(corev1.PullIfNotPresent), "the imagePullPolicy of --airlock-image: Always, IfNotPresent or Never")
+	pullPolicy := fs.String("airlock-image-pull-policy", string(corev1.PullIfNotPresent), "the `POLICY` to pull --airlock-image with: Always, IfNotPresent or Never")
 	warm := fs.Duration("warm-lifetime", controller.DefaultWarmLifetime, "how long a warm Pod waits for a claim before it is replaced")
 	workers := fs.Int("workers", controller.DefaultWorkers, "how many Sandboxes are reconciled at once")
 	podSeccomp := fs.String("pod-seccomp", "RuntimeDefault", "the Pods' seccomp `PROFILE`: RuntimeDefault, Unconfined or Localhost/PATH (airlock adds its own filter for the command beneath it; a policy with net_hosts needs a profile that allows pidfd_getfd, which containerd's and Docker's default refuse)")
