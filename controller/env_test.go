@@ -35,13 +35,15 @@ type env struct {
 
 // startOptions varies how start runs the controller.
 type startOptions struct {
-	// asServiceAccount applies packaging/controller/rbac.yaml and runs
-	// the manager as its ServiceAccount (impersonated), with leader
-	// election in airlock-system; false runs it as the administrator.
+	// asServiceAccount applies packaging/controller/ (the account's
+	// rights in rbac.yaml, the admission policy that keeps the Pods to
+	// it) and runs the manager as its ServiceAccount (impersonated), with
+	// leader election in airlock-system; false runs it as the
+	// administrator, with neither.
 	asServiceAccount bool
 
-	// opts are the controller's options; the zero value runs the Pods'
-	// airlock from /usr/local/bin.
+	// opts are the controller's options; an empty AirlockImage is the
+	// harness's operator image (k8stest.OperatorImage), pulled Never.
 	opts controller.Options
 }
 
@@ -83,8 +85,8 @@ func start(t *testing.T, so startOptions) *env {
 	mcfg := cfg
 	if so.asServiceAccount {
 		cp.Namespace(t, "airlock-system", nil)
-		if r := cp.Kubectl(t, "apply", "-f", "../packaging/controller/rbac.yaml"); r.Err != nil {
-			t.Fatalf("kubectl apply rbac.yaml: %v\n%s", r.Err, r.Stderr)
+		if r := cp.Kubectl(t, "apply", "-f", "../packaging/controller/"); r.Err != nil {
+			t.Fatalf("kubectl apply packaging/controller/: %v\n%s", r.Err, r.Stderr)
 		}
 		mcfg = rest.CopyConfig(cfg)
 		mcfg.Impersonate = rest.ImpersonationConfig{UserName: serviceAccount}
@@ -96,8 +98,8 @@ func start(t *testing.T, so startOptions) *env {
 		t.Fatal(err)
 	}
 	opts := so.opts
-	if opts.Airlock == "" {
-		opts.Airlock = "/usr/local/bin/airlock"
+	if opts.AirlockImage == "" {
+		opts.AirlockImage, opts.AirlockImagePullPolicy = k8stest.OperatorImage, corev1.PullNever
 	}
 	if err := controller.Setup(mgr, opts); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 // long the controller takes from a Sandbox's creation to its status
 // naming a Pod, seen through the API server with a 2 ms poll: a claim
 // bound to a ready warm Pod, a claim with none ready (a new Pod), and an
-// inline policy (a new Pod and ConfigMap), interleaved with the baseline,
+// inline policy (a new Pod), interleaved with the baseline,
 // the same client creating a Pod itself and reading it back. There is no
 // node: what a warm Pod saves on one (the image, the container's and
 // airlock's start) is not in these numbers.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -27,10 +28,18 @@ const DefaultWarmLifetime = time.Hour
 
 // Options configures the controllers. The zero value is usable.
 type Options struct {
-	// Airlock is the airlock program in the Pods' images, as the
-	// container's command names it. Empty means "airlock", looked up on
-	// the image's PATH.
-	Airlock string
+	// AirlockImage is the operator's image the enforcer comes from:
+	// ImageBin in it holds airlock-controller, airlock and airlock-init
+	// (static). Each Pod's init container copies airlock and the policy
+	// from it into a volume that the sandbox container runs airlock
+	// from: never a program of the Sandbox's image, which its author
+	// chose. Name it by digest (image@sha256:...), so that a tag moved in
+	// the registry does not change the enforcer. Required.
+	AirlockImage string
+
+	// AirlockImagePullPolicy is the init container's imagePullPolicy.
+	// Empty means IfNotPresent.
+	AirlockImagePullPolicy corev1.PullPolicy
 
 	// WarmLifetime bounds how long a warm Pod waits for a claim (its
 	// activeDeadlineSeconds; the pool then replaces it). Zero means
@@ -68,11 +77,21 @@ type Options struct {
 // DefaultWorkers is Options.Workers' default.
 const DefaultWorkers = 4
 
-func (o Options) airlock() string {
-	if o.Airlock == "" {
-		return "airlock"
+func (o Options) pullPolicy() corev1.PullPolicy {
+	if o.AirlockImagePullPolicy == "" {
+		return corev1.PullIfNotPresent
 	}
-	return o.Airlock
+	return o.AirlockImagePullPolicy
+}
+
+// ParsePullPolicy reads an imagePullPolicy: Always, IfNotPresent or
+// Never.
+func ParsePullPolicy(s string) (corev1.PullPolicy, error) {
+	switch p := corev1.PullPolicy(s); p {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+		return p, nil
+	}
+	return "", fmt.Errorf("image pull policy %q: use Always, IfNotPresent or Never", s)
 }
 
 func (o Options) seccomp() *corev1.SeccompProfile {
@@ -148,6 +167,12 @@ func CacheOptions(namespaces []string) cache.Options {
 // Setup registers the Sandbox and SandboxTemplate controllers with mgr,
 // whose scheme must come from Scheme.
 func Setup(mgr ctrl.Manager, o Options) error {
+	if o.AirlockImage == "" {
+		return errors.New("controller: no airlock image: name the operator's image that holds airlock-controller, airlock and airlock-init in " + ImageBin + " (Options.AirlockImage, --airlock-image): the Pods run airlock from it, never from the Sandboxes' images")
+	}
+	if _, err := ParsePullPolicy(string(o.pullPolicy())); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
 	sr := &sandboxReconciler{c: mgr.GetClient(), direct: mgr.GetAPIReader(), o: o}
 	workers := o.Workers
 	if workers <= 0 {

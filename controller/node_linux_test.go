@@ -46,13 +46,13 @@ budget:
 func TestOnNode(t *testing.T) {
 	base := k8stest.BaseLayer(t)
 	e := start(t, startOptions{opts: controller.Options{
-		Airlock:     "/usr/local/bin/airlock",
 		PodSeccomp:  &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined},
 		HostNetwork: true,
 	}})
 	e.cp.StartGarbageCollector(t)
 	e.cp.StartScheduler(t)
 	n := k8stest.StartNode(t, e.cp, []k8stest.Layer{base})
+	n.ImportOperator(t)
 	img := csvImage(t, n, base)
 	ns := "nodetest" // hostNetwork and Unconfined: not a restricted namespace
 	e.cp.Namespace(t, ns, nil)
@@ -107,7 +107,7 @@ func TestOnNode(t *testing.T) {
 			t.Errorf("the report lists no denial of the connect to the attacker: %+v", r.Denials)
 		}
 
-		// Deleting the Sandbox takes its Pod and ConfigMap with it.
+		// Deleting the Sandbox takes its Pod with it.
 		pod := sb.Status.PodName
 		if err := e.c.Delete(ctx, sb); err != nil {
 			t.Fatal(err)
@@ -178,13 +178,14 @@ func deref(p *int32) int32 {
 }
 
 // csvImage builds and imports the image the Pods run: the Debian base,
-// airlock and airlock-init (static), the example's files under /srv/csv
-// and a credential in /home/agent readable by the Pod's user, so that
-// only airlock keeps the snippet from it.
+// the example's files under /srv/csv and a credential in /home/agent
+// readable by the Pod's user, so that only airlock (the operator's,
+// which the Pod's init container installs) keeps the snippet from it.
+// The image holds no airlock of its own.
 func csvImage(t *testing.T, n *k8stest.Node, base k8stest.Layer) string {
 	t.Helper()
 	ex := "../examples/csv-injection/"
-	files := k8stest.AirlockFiles(t)
+	files := map[string]k8stest.File{}
 	files["/srv/csv/sales.csv"] = k8stest.File{Source: ex + "sales.csv", Mode: 0o644}
 	files["/srv/csv/agent_snippet.py"] = k8stest.File{Source: ex + "agent_snippet.py", Mode: 0o644}
 	files["/home/agent/.aws/credentials"] = k8stest.File{Data: []byte("[default]\naws_secret_access_key = AIRLOCKTESTSECRETDONOTSEND\n"), Mode: 0o644}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,16 +31,61 @@ const (
 	AnnotationWarm  = "airlock.dev/claimed" // RFC 3339 time a warm Pod was claimed
 )
 
+// The enforcer: what the Pod's init container, from the operator's image
+// (Options.AirlockImage), puts in the Pod's enforcer volume, which the
+// sandbox container mounts read-only at EnforcerDir and runs airlock
+// from. Nothing of it comes from the Sandbox's image.
+const (
+	// ImageBin is the folder of the operator's image that holds
+	// airlock-controller (the installer the init container runs), airlock
+	// and airlock-init.
+	ImageBin = "/usr/local/bin"
+	// EnforcerDir is where the sandbox container finds airlock,
+	// airlock-init and policy.yaml.
+	EnforcerDir = "/.airlock"
+	// EnvPolicy is the init container's variable that holds the policy
+	// text it writes to EnforcerDir/policy.yaml: the policy is part of
+	// the Pod's spec, which cannot change once the Pod exists, and of no
+	// other object that someone could make or change first.
+	EnvPolicy = "AIRLOCK_POLICY"
+	// InstallContainer names the init container.
+	InstallContainer = "airlock-install"
+)
+
 // Paths inside the Pod.
 const (
-	policyDir  = "/etc/airlock/policy"
 	policyFile = "policy.yaml"
 	assignDir  = "/etc/airlock/assignment"
 	argvFile   = "argv"
 	// terminationLog is the kubelet's default terminationMessagePath.
 	terminationLog = "/dev/termination-log"
 	container      = "sandbox"
+	enforcerVolume = "airlock"
 )
+
+// enforcerSize bounds the enforcer volume (airlock, airlock-init, the
+// policy): an emptyDir on the node's disk, counted in the Pod's
+// ephemeral storage.
+const enforcerSize = 128 << 20
+
+// pinnedEnv is set in the sandbox container over whatever its image's
+// config says, because airlock's own process reads these and the image is
+// the Sandbox author's: the Go runtime's settings (GODEBUG changes
+// runtime and library behaviour, the others its collector, memory limit,
+// threads and crash output), TMPDIR (where the landlock backend makes its
+// scratch folder: elsewhere than the Pod's sized /tmp volume, such as
+// /dev/shm, it would escape max_scratch), HOME and the XDG folders (the
+// image cache), TZ and ZONEINFO (the report's times), PWD (os.Getwd) and
+// the resolver's LOCALDOMAIN, RES_OPTIONS and HOSTALIASES. An empty value
+// is the Go default. airlock reads no other variable of its own
+// environment in a Pod: the command's environment is built afresh from
+// the policy (a policy's env entry without a value passes the
+// container's on, which is then these values for these names).
+var pinnedEnv = []corev1.EnvVar{
+	{Name: "GODEBUG"}, {Name: "GOGC"}, {Name: "GOMEMLIMIT"}, {Name: "GOMAXPROCS"}, {Name: "GOTRACEBACK"},
+	{Name: "TMPDIR", Value: "/tmp"}, {Name: "HOME", Value: "/tmp"}, {Name: "XDG_CACHE_HOME"}, {Name: "XDG_CONFIG_HOME"},
+	{Name: "TZ"}, {Name: "ZONEINFO"}, {Name: "PWD"}, {Name: "LOCALDOMAIN"}, {Name: "RES_OPTIONS"}, {Name: "HOSTALIASES"},
+}
 
 // memoryOverhead is added to max_memory for airlock's own supervisor and
 // proxy in the container (the Pod's limit covers both; the command's own
@@ -100,36 +146,36 @@ func checkPolicy(text string) (*policy.Policy, error) {
 // podParams is one Pod to build.
 type podParams struct {
 	namespace string
-	name      string // empty with generateName
-	genName   string
+	genName   string // the Pod's generateName: its name cannot be taken first
 	image     string
-	configMap string // the policy's ConfigMap
+	text      string // the policy, as the Sandbox or template has it
 	pol       *policy.Policy
 	argv      []string // nil: a warm Pod, which waits for its command
 	labels    map[string]string
 	deadline  time.Duration // activeDeadlineSeconds
 	owner     metav1.OwnerReference
-	airlock   string
-	seccomp   *corev1.SeccompProfile // the Pod's (Options.seccomp)
-	hostNet   bool                   // Options.HostNetwork
+	o         Options
 }
 
 // buildPod returns the Pod that runs argv (or waits for it) under the
-// policy in configMap, hardened as export/k8s hardens its Pod.
+// policy, hardened as export/k8s hardens its Pod: an init container from
+// the operator's image installs airlock and the policy in the enforcer
+// volume, and the sandbox container, from the Sandbox's image, runs that
+// airlock, never one of its image's.
 func buildPod(pp podParams) *corev1.Pod {
 	b := pp.pol.Budget()
 	milli := max(int64(b.CPU/time.Millisecond)*1000/max(int64(b.Wall/time.Millisecond), 1), minMilliCPU)
 	res := corev1.ResourceList{
 		corev1.ResourceMemory:           *resource.NewQuantity(b.Memory+memoryOverhead, resource.BinarySI),
 		corev1.ResourceCPU:              *resource.NewMilliQuantity(milli, resource.DecimalSI),
-		corev1.ResourceEphemeralStorage: *resource.NewQuantity(b.Scratch, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(b.Scratch+enforcerSize, resource.BinarySI),
 	}
-	cmd := []string{pp.airlock, "run", "--isolation", "landlock", "--policy", policyDir + "/" + policyFile, "--summary-file", terminationLog}
+	cmd := []string{EnforcerDir + "/airlock", "run", "--isolation", "landlock", "--policy", EnforcerDir + "/" + policyFile, "--summary-file", terminationLog}
 	vols := []corev1.Volume{
 		{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(b.Scratch, resource.BinarySI)}}},
-		{Name: "policy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: pp.configMap}}}},
+		{Name: enforcerVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: resource.NewQuantity(enforcerSize, resource.BinarySI)}}},
 	}
-	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}, {Name: "policy", MountPath: policyDir, ReadOnly: true}}
+	mounts := []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}, {Name: enforcerVolume, MountPath: EnforcerDir, ReadOnly: true}}
 	if pp.argv == nil {
 		cmd = append(cmd, "--argv-file", assignDir+"/"+argvFile)
 		vols = append(vols, corev1.Volume{Name: "assignment", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
@@ -142,44 +188,43 @@ func buildPod(pp podParams) *corev1.Pod {
 	deadline := int64((pp.deadline + time.Second - 1) / time.Second)
 	spec := corev1.PodSpec{
 		ActiveDeadlineSeconds: &deadline,
+		InitContainers: []corev1.Container{{
+			Name:            InstallContainer,
+			Image:           pp.o.AirlockImage,
+			ImagePullPolicy: pp.o.pullPolicy(),
+			Command:         []string{ImageBin + "/airlock-controller", "install", EnforcerDir},
+			Env:             []corev1.EnvVar{{Name: EnvPolicy, Value: pp.text}},
+			// The Pod's requests are the larger of an init container's
+			// and the sum of the others': the same adds nothing.
+			Resources:    corev1.ResourceRequirements{Limits: res.DeepCopy(), Requests: res.DeepCopy()},
+			VolumeMounts: []corev1.VolumeMount{{Name: enforcerVolume, MountPath: EnforcerDir}},
+			// Its error, on stderr, becomes the Pod's message.
+			TerminationMessagePath:   terminationLog,
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		}},
 		Containers: []corev1.Container{{
 			Name:                     container,
 			Image:                    pp.image,
 			Command:                  cmd,
+			Env:                      slices.Clone(pinnedEnv),
 			Resources:                corev1.ResourceRequirements{Limits: res, Requests: res.DeepCopy()},
 			VolumeMounts:             mounts,
 			TerminationMessagePath:   terminationLog,
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		}},
 		Volumes:     vols,
-		HostNetwork: pp.hostNet,
+		HostNetwork: pp.o.HostNetwork,
 	}
 	// airlock stacks its own seccomp allow-list for the command on it.
-	sc := pp.seccomp
-	if sc == nil {
-		sc = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
-	}
-	k8s.Harden(&spec, sc)
+	k8s.Harden(&spec, pp.o.seccomp())
 	labels := map[string]string{LabelManagedBy: ManagedBy}
 	for k, v := range pp.labels {
 		labels[k] = v
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: pp.name, GenerateName: pp.genName, Namespace: pp.namespace, Labels: labels,
+		ObjectMeta: metav1.ObjectMeta{GenerateName: pp.genName, Namespace: pp.namespace, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{pp.owner}},
 		Spec: spec,
-	}
-}
-
-// policyConfigMap is the ConfigMap that holds text as policy.yaml,
-// immutable: a Pod runs the policy it was made with.
-func policyConfigMap(namespace, name, text string, owner metav1.OwnerReference) *corev1.ConfigMap {
-	yes := true
-	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{LabelManagedBy: ManagedBy},
-			OwnerReferences: []metav1.OwnerReference{owner}},
-		Data:      map[string]string{policyFile: text},
-		Immutable: &yes,
 	}
 }
 
@@ -201,11 +246,20 @@ func childName(parent, suffix string, max int) string {
 	return strings.TrimRight(parent[:keep], "-.") + "-" + hex.EncodeToString(h[:])[:10] + "-" + suffix
 }
 
-// specHash identifies a template's policy and image: warm Pods made for
-// another are replaced.
+// specHash labels a template's warm Pods with its policy and image, so
+// that those made for another are found and replaced. A label anyone who
+// may update Pods can change: a claim trusts the Pod's spec (samePod),
+// not it.
 func specHash(pol, image string) string {
 	h := sha256.Sum256([]byte(pol + "\x00" + image))
 	return hex.EncodeToString(h[:])[:10]
+}
+
+// PolicyDigest is "sha256:" and the hex SHA-256 of a policy's text: what
+// a Sandbox's status.policyDigest names.
+func PolicyDigest(text string) string {
+	h := sha256.Sum256([]byte(text))
+	return "sha256:" + hex.EncodeToString(h[:])
 }
 
 // podReady reports whether pod runs and its container is ready.

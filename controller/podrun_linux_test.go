@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/airlock-sandbox/airlock/internal/airtest"
@@ -28,14 +29,15 @@ budget:
 // TestPodCommandRuns runs the container command the controller writes
 // into its Pods, cold and warm, with the real airlock, as the Pod's user
 // (uid 65532, not root) and without namespaces of its own, as in a
-// container: the flags are accepted, the policy from the ConfigMap's file
-// is enforced (a file outside the grants is unreadable), the warm one
-// waits for its command in the downward-API file, and the termination
-// message decodes into what the Sandbox's status gets. Only the Pod's
-// absolute paths (the ConfigMap's and downward-API folders, the
-// termination log) are moved into a temporary folder. There is no kubelet
-// or container runtime here: image, mounts, the read-only root and the
-// Pod's seccomp profile are not exercised.
+// container: Install puts airlock, airlock-init and the policy from the
+// init container's environment where the command finds them, the flags
+// are accepted, the policy is enforced (a file outside the grants is
+// unreadable), the warm one waits for its command in the downward-API
+// file, and the termination message decodes into what the Sandbox's
+// status gets. Only the Pod's absolute paths (the enforcer and
+// downward-API folders, the termination log) are moved into a temporary
+// folder. There is no kubelet or container runtime here: images, mounts,
+// the read-only root and the Pod's seccomp profile are not exercised.
 func TestPodCommandRuns(t *testing.T) {
 	airtest.RequireRoot(t) // to run as uid 65532
 	bin := buildAirlock(t)
@@ -58,14 +60,21 @@ func TestPodCommandRuns(t *testing.T) {
 		name := map[bool]string{false: "cold", true: "warm"}[warm]
 		t.Run(name, func(t *testing.T) {
 			dir := openDir(t)
-			pp := podParams{namespace: "ns", name: "p", image: "img", configMap: "cm", pol: pol, argv: argv,
-				deadline: time.Minute, owner: metav1.OwnerReference{}, airlock: filepath.Join(bin, "airlock")}
+			pp := podParams{namespace: "ns", genName: "p-", image: "img", text: runPolicy, pol: pol, argv: argv,
+				deadline: time.Minute, owner: metav1.OwnerReference{}, o: Options{AirlockImage: "operator"}}
 			if warm {
 				pp.argv = nil
 			}
 			pod := buildPod(pp)
 			cmd := podPaths(t, dir, pod.Spec.Containers[0].Command)
-			write(t, filepath.Join(dir, "etc/airlock/policy/policy.yaml"), runPolicy)
+			// What the init container does, from the folder of airlock
+			// and airlock-init as built.
+			if err := os.Mkdir(filepath.Join(dir, EnforcerDir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := Install(filepath.Join(bin, "airlock"), filepath.Join(dir, EnforcerDir), initEnv(t, pod, EnvPolicy)); err != nil {
+				t.Fatal(err)
+			}
 			argvPath := filepath.Join(dir, "etc/airlock/assignment/argv")
 			write(t, argvPath, "") // the kubelet writes the file before the annotation exists
 			write(t, filepath.Join(dir, "dev/termination-log"), "")
@@ -130,7 +139,7 @@ func podPaths(t *testing.T, dir string, cmd []string) []string {
 	t.Helper()
 	out := make([]string, len(cmd))
 	for i, a := range cmd {
-		for _, p := range []string{policyDir, assignDir, terminationLog} {
+		for _, p := range []string{EnforcerDir, assignDir, terminationLog} {
 			if strings.HasPrefix(a, p) {
 				a = filepath.Join(dir, a)
 			}
@@ -141,6 +150,18 @@ func podPaths(t *testing.T, dir string, cmd []string) []string {
 		t.Fatalf("command %q does not start with airlock's path", cmd)
 	}
 	return out
+}
+
+// initEnv returns the value of the init container's variable name.
+func initEnv(t *testing.T, pod *corev1.Pod, name string) string {
+	t.Helper()
+	for _, e := range pod.Spec.InitContainers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	t.Fatalf("the init container has no %s", name)
+	return ""
 }
 
 func write(t *testing.T, path, content string) {
@@ -160,7 +181,10 @@ func buildAirlock(t *testing.T) string {
 	dir := openDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", dir, "../cmd/airlock", "../cmd/airlock-init").CombinedOutput(); err != nil {
+	// Static, as Install demands and an image without a C library needs.
+	build := exec.CommandContext(ctx, "go", "build", "-o", dir, "../cmd/airlock", "../cmd/airlock-init")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return dir

@@ -3,10 +3,13 @@ package controller
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,8 +32,10 @@ const (
 	ReasonInvalidPolicy    = "InvalidPolicy"
 	ReasonTemplateNotFound = "TemplateNotFound"
 	ReasonPodLost          = "PodLost"
+	ReasonPodChanged       = "PodChanged"
 	ReasonPoolFilled       = "PoolFilled"
 	ReasonWarmPodFailed    = "WarmPodFailed"
+	ReasonInstallFailed    = "EnforcerInstallFailed"
 )
 
 // sandboxReconciler makes and watches the Pod of each Sandbox.
@@ -56,46 +61,63 @@ func (r *sandboxReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, nil // its objects go with it (ownerReferences); a final status stays
 	}
 	before := &sb.DeepCopy().Status
-	pod, err := r.boundPod(ctx, &sb)
+	if sb.Status.PodName != "" {
+		pod, err := r.recordedPod(ctx, &sb)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if pod == nil {
+			sb.Status.Phase = v1alpha1.PhaseFailed
+			r.setReady(&sb, metav1.ConditionFalse, ReasonPodLost, fmt.Sprintf("pod %s is gone (deleted or evicted) before it reported: the run's outcome is unknown; create a new Sandbox", sb.Status.PodName))
+			return ctrl.Result{}, r.writeStatus(ctx, &sb, before)
+		}
+		if why := changed(&sb, pod); why != "" {
+			sb.Status.Phase = v1alpha1.PhaseFailed
+			r.setReady(&sb, metav1.ConditionFalse, ReasonPodChanged, fmt.Sprintf("pod %s changed after it was bound (%s): someone who may update Pods in this namespace did it; its outcome is not reported (install packaging/controller/admission.yaml to refuse such changes) and the Pod is left for you to look at; create a new Sandbox", pod.Name, why))
+			return ctrl.Result{}, r.writeStatus(ctx, &sb, before)
+		}
+		return ctrl.Result{}, r.report(ctx, &sb, before, pod)
+	}
+	w, cond, msg := r.resolve(ctx, &sb)
+	if w == nil {
+		// An inline policy never changes (the spec is immutable):
+		// refused for good. A template may be created or fixed.
+		sb.Status.Phase = v1alpha1.PhasePending
+		if cond == ReasonInvalidPolicy && sb.Spec.TemplateRef == nil {
+			sb.Status.Phase = v1alpha1.PhaseFailed
+		}
+		r.setReady(&sb, metav1.ConditionFalse, cond, msg)
+		return ctrl.Result{}, r.writeStatus(ctx, &sb, before)
+	}
+	pod, err := r.boundPod(ctx, &sb, w)
+	if err == nil && pod == nil {
+		pod, err = r.bind(ctx, &sb, w)
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if pod == nil && sb.Status.PodName != "" {
-		sb.Status.Phase = v1alpha1.PhaseFailed
-		r.setReady(&sb, metav1.ConditionFalse, ReasonPodLost, fmt.Sprintf("pod %s is gone (deleted or evicted) before it reported: the run's outcome is unknown; create a new Sandbox", sb.Status.PodName))
-		return ctrl.Result{}, r.writeStatus(ctx, &sb, before)
-	}
-	if pod == nil {
-		w, cond, msg := r.resolve(ctx, &sb)
-		if w == nil {
-			// An inline policy never changes (the spec is immutable):
-			// refused for good. A template may be created or fixed.
-			sb.Status.Phase = v1alpha1.PhasePending
-			if cond == ReasonInvalidPolicy && sb.Spec.TemplateRef == nil {
-				sb.Status.Phase = v1alpha1.PhaseFailed
-			}
-			r.setReady(&sb, metav1.ConditionFalse, cond, msg)
-			return ctrl.Result{}, r.writeStatus(ctx, &sb, before)
-		}
-		if pod, err = r.bind(ctx, &sb, w); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	observe(&sb, pod)
+	sb.Status.PolicyDigest, sb.Status.PodDigest = PolicyDigest(w.text), podDigest(pod)
+	return ctrl.Result{}, r.report(ctx, &sb, before, pod)
+}
+
+// report copies what pod says into sb's status and writes it.
+func (r *sandboxReconciler) report(ctx context.Context, sb *v1alpha1.Sandbox, before *v1alpha1.SandboxStatus, pod *corev1.Pod) error {
+	observe(sb, pod)
 	how := "a new Pod"
 	if sb.Status.Warm {
 		how = "a warm Pod of template " + sb.Spec.TemplateRef.Name
 	}
-	r.setReady(&sb, metav1.ConditionTrue, ReasonBound, fmt.Sprintf("pod %s runs the command (%s)", pod.Name, how))
-	return ctrl.Result{}, r.writeStatus(ctx, &sb, before)
+	r.setReady(sb, metav1.ConditionTrue, ReasonBound, fmt.Sprintf("pod %s runs the command (%s)", pod.Name, how))
+	return r.writeStatus(ctx, sb, before)
 }
 
 // resolve returns what sb runs, or nil and the reason and message of why
-// it cannot run now.
+// it cannot run now. A template is read from the API server, not the
+// cache: a claim made after the template changed runs the changed one.
 func (r *sandboxReconciler) resolve(ctx context.Context, sb *v1alpha1.Sandbox) (*what, string, string) {
 	if ref := sb.Spec.TemplateRef; ref != nil {
 		var t v1alpha1.SandboxTemplate
-		if err := r.c.Get(ctx, types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}, &t); err != nil {
+		if err := r.direct.Get(ctx, types.NamespacedName{Namespace: sb.Namespace, Name: ref.Name}, &t); err != nil {
 			return nil, ReasonTemplateNotFound, fmt.Sprintf("sandboxtemplate %s/%s: %v; create it (the Sandbox waits for it)", sb.Namespace, ref.Name, err)
 		}
 		p, err := checkPolicy(t.Spec.Policy)
@@ -111,21 +133,103 @@ func (r *sandboxReconciler) resolve(ctx context.Context, sb *v1alpha1.Sandbox) (
 	return &what{text: sb.Spec.Policy, image: sb.Spec.Image, pol: p}, "", ""
 }
 
-// boundPod returns the Pod bound to sb, or nil. Before a Pod is recorded
-// in the status it asks the API server, not the cache: a Pod claimed or
-// made by an earlier reconcile whose status write was lost must be found,
-// or a second one would be bound.
-func (r *sandboxReconciler) boundPod(ctx context.Context, sb *v1alpha1.Sandbox) (*corev1.Pod, error) {
+// sandboxPods lists, on the API server, the controller's Pods labelled
+// and controlled as sb's.
+func (r *sandboxReconciler) sandboxPods(ctx context.Context, sb *v1alpha1.Sandbox) ([]*corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := r.direct.List(ctx, &pods, client.InNamespace(sb.Namespace), client.MatchingLabels{LabelSandboxUID: string(sb.UID)}); err != nil {
+	if err := r.direct.List(ctx, &pods, client.InNamespace(sb.Namespace), client.MatchingLabels{LabelSandboxUID: string(sb.UID), LabelManagedBy: ManagedBy}); err != nil {
 		return nil, err
 	}
+	var out []*corev1.Pod
 	for i := range pods.Items {
 		if ref := metav1.GetControllerOf(&pods.Items[i]); ref != nil && ref.UID == sb.UID {
-			return &pods.Items[i], nil
+			out = append(out, &pods.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// recordedPod returns the Pod sb's status names, or nil when it is gone.
+func (r *sandboxReconciler) recordedPod(ctx context.Context, sb *v1alpha1.Sandbox) (*corev1.Pod, error) {
+	pods, err := r.sandboxPods(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		if p.Name == sb.Status.PodName {
+			return p, nil
 		}
 	}
 	return nil, nil
+}
+
+// boundPod returns the Pod bound to sb by an earlier reconcile whose
+// status write was lost, or nil. It asks the API server, not the cache:
+// such a Pod must be found, or a second one would be bound. Only a Pod
+// whose spec is what the controller builds for w counts: one labelled
+// and owned as sb's by anyone else does not.
+func (r *sandboxReconciler) boundPod(ctx context.Context, sb *v1alpha1.Sandbox, w *what) (*corev1.Pod, error) {
+	pods, err := r.sandboxPods(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	argv, err := json.Marshal(sb.Spec.Command)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		want := r.coldPod(sb, w)
+		if _, claimed := p.Annotations[AnnotationWarm]; claimed && w.template != nil {
+			want = r.warmPod(w.template, w.pol)
+			if p.Annotations[AnnotationArgv] != string(argv) {
+				continue
+			}
+		}
+		if samePod(p, want) == "" && !restarted(p) {
+			return p, nil
+		}
+	}
+	return nil, nil
+}
+
+// changed says how pod differs from what was bound to sb: its spec's
+// digest, a restart, an ephemeral container, or (a warm Pod) the command
+// in its annotation; "" when it does not.
+func changed(sb *v1alpha1.Sandbox, pod *corev1.Pod) string {
+	if sb.Status.PodDigest == "" {
+		return "" // bound before the controller recorded digests
+	}
+	if d := podDigest(pod); d != sb.Status.PodDigest {
+		return "its spec is not the one bound, digest " + d + " instead of " + sb.Status.PodDigest + ": an image was changed, or the Pod replaced under its name"
+	}
+	if restarted(pod) {
+		return "a container restarted, as the kubelet does when its image is changed"
+	}
+	if sb.Status.Warm {
+		argv, err := json.Marshal(sb.Spec.Command)
+		if err != nil || pod.Annotations[AnnotationArgv] != string(argv) {
+			return "its " + AnnotationArgv + " annotation is not the Sandbox's command"
+		}
+	}
+	return ""
+}
+
+// podDigest is the SHA-256 of pod's podShape.
+func podDigest(pod *corev1.Pod) string {
+	h := sha256.Sum256([]byte(jsonOf(shape(&pod.Spec))))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// coldPod is the Pod made for sb when no warm Pod serves it.
+func (r *sandboxReconciler) coldPod(sb *v1alpha1.Sandbox, w *what) *corev1.Pod {
+	return buildPod(podParams{namespace: sb.Namespace, genName: childName(sb.Name, "sbx-", 58), image: w.image, text: w.text, pol: w.pol,
+		argv: slices.Clone(sb.Spec.Command), labels: map[string]string{LabelSandboxUID: string(sb.UID)},
+		deadline: w.pol.Budget().Wall + startGrace, owner: ownerRef("Sandbox", sb), o: r.o})
+}
+
+// warmPod is a warm Pod of t, whose policy is pol.
+func (r *sandboxReconciler) warmPod(t *v1alpha1.SandboxTemplate, pol *policy.Policy) *corev1.Pod {
+	return warmPod(t, pol, r.o)
 }
 
 // bind claims a ready warm Pod of w's template for sb, or makes a Pod.
@@ -136,20 +240,11 @@ func (r *sandboxReconciler) bind(ctx context.Context, sb *v1alpha1.Sandbox, w *w
 			return pod, err
 		}
 	}
-	owner := ownerRef("Sandbox", sb)
-	// The Pod and its ConfigMap share a name with the Sandbox's uid in
-	// it: an object left by a deleted Sandbox of the same name (until the
-	// garbage collector removes it) never stands in the way.
-	name := childName(sb.Name, "sbx-"+string(sb.UID)[:8], 253)
-	cmName := name
-	if err := r.c.Create(ctx, policyConfigMap(sb.Namespace, cmName, w.text, owner)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create configmap %s: %w", cmName, err)
-	}
-	pod := buildPod(podParams{namespace: sb.Namespace, name: name, image: w.image, configMap: cmName, pol: w.pol,
-		argv: slices.Clone(sb.Spec.Command), labels: map[string]string{LabelSandboxUID: string(sb.UID)},
-		deadline: w.pol.Budget().Wall + startGrace, owner: owner, airlock: r.o.airlock(), seccomp: r.o.seccomp(), hostNet: r.o.HostNetwork})
+	// The Pod's name is generated: no object made first under a name
+	// the controller would give stands in its way or in its place.
+	pod := r.coldPod(sb, w)
 	if err := r.c.Create(ctx, pod); err != nil {
-		return nil, fmt.Errorf("create pod %s: %w", pod.Name, err)
+		return nil, fmt.Errorf("create pod for sandbox %s: %w", sb.Name, err)
 	}
 	sb.Status.Warm = false
 	return pod, nil
@@ -165,11 +260,15 @@ const maxArgvAnnotation = 128 << 10
 // update of the Pod (the command as its annotation, sb as its controller
 // instead of the template, a deadline cut to the run's), which the API
 // server refuses if anything changed the Pod since it was read, so two
-// Sandboxes never get the same Pod. It returns nil when none is ready.
+// Sandboxes never get the same Pod. Only a Pod whose spec is what the
+// template's warm Pods are now (its policy, image and the operator's
+// enforcer), that never restarted and holds no command yet, is claimed:
+// labels and owners anyone who may update Pods can set. It returns nil
+// when none is ready.
 func (r *sandboxReconciler) claim(ctx context.Context, sb *v1alpha1.Sandbox, w *what) (*corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := r.direct.List(ctx, &pods, client.InNamespace(sb.Namespace), client.MatchingLabels{
-		LabelTemplate: w.template.Name, LabelPool: PoolWarm, LabelHash: specHash(w.text, w.image)}); err != nil {
+		LabelTemplate: w.template.Name, LabelPool: PoolWarm, LabelHash: specHash(w.text, w.image), LabelManagedBy: ManagedBy}); err != nil {
 		return nil, err
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
@@ -180,11 +279,15 @@ func (r *sandboxReconciler) claim(ctx context.Context, sb *v1alpha1.Sandbox, w *
 	if len(argv) > maxArgvAnnotation {
 		return nil, nil // a new Pod carries it in its spec
 	}
+	want := r.warmPod(w.template, w.pol)
 	now := r.o.now()
 	for i := range pods.Items {
 		pod := &pods.Items[i]
 		if ref := metav1.GetControllerOf(pod); !podReady(pod) || ref == nil || ref.UID != w.template.UID {
 			continue
+		}
+		if _, set := pod.Annotations[AnnotationArgv]; set || samePod(pod, want) != "" || restarted(pod) {
+			continue // not the template's as it is now, or given a command already: the pool replaces it
 		}
 		pod.Annotations = merge(pod.Annotations, map[string]string{AnnotationArgv: string(argv), AnnotationWarm: now.UTC().Format(time.RFC3339Nano)})
 		delete(pod.Labels, LabelPool)
@@ -257,10 +360,26 @@ func observe(sb *v1alpha1.Sandbox, pod *corev1.Pod) {
 		st.Report = rep
 		return
 	}
+	if why := installFailed(pod); why != "" {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReported, Status: metav1.ConditionFalse, Reason: ReasonInstallFailed, Message: why})
+		return
+	}
 	// The Pod ended with no container status: killed at its deadline, or
 	// evicted, before the command could end.
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: CondReported, Status: metav1.ConditionFalse, Reason: nonEmpty(pod.Status.Reason, "PodFailed"),
 		Message: nonEmpty(pod.Status.Message, "the Pod ended without its container's status: no report")})
+}
+
+// installFailed says why pod's init container failed to install the
+// enforcer, or "" when it did not fail.
+func installFailed(pod *corev1.Pod) string {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if term := cs.State.Terminated; cs.Name == InstallContainer && term != nil && term.ExitCode != 0 {
+			return fmt.Sprintf("the init container %s, from the operator's image %s, exited %d: %s", InstallContainer, cs.Image, term.ExitCode,
+				nonEmpty(strings.TrimSpace(term.Message), "no message (is airlock-controller in "+ImageBin+" of that image?)"))
+		}
+	}
+	return ""
 }
 
 func (r *sandboxReconciler) setReady(sb *v1alpha1.Sandbox, status metav1.ConditionStatus, reason, msg string) {

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/controller"
 	"github.com/airlock-sandbox/airlock/controller/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/internal/k8stest"
 )
 
 // podPolicy is a policy a Pod can enforce.
@@ -54,7 +55,8 @@ func TestControllerRBAC(t *testing.T) {
 	e := start(t, startOptions{asServiceAccount: true})
 	t.Run("Lifecycle", func(t *testing.T) { testLifecycle(t, e) })
 	t.Run("WarmPool", func(t *testing.T) { testWarmPool(t, e) })
-	for _, verb := range []string{"list secrets", "delete sandboxes", "update sandboxes", "patch configmaps", "create pods --subresource=exec", "delete configmaps", "create pods"} {
+	t.Run("TenantEdits", func(t *testing.T) { testTenantEdits(t, e) })
+	for _, verb := range []string{"list secrets", "delete sandboxes", "update sandboxes", "patch configmaps", "create pods --subresource=exec", "create configmaps", "create pods"} {
 		args := append([]string{"auth", "can-i"}, strings.Fields(verb)...)
 		r := e.cp.Kubectl(t, append(args, "--all-namespaces", "--as", serviceAccount)...)
 		if got, want := strings.TrimSpace(r.Stdout), map[bool]string{true: "yes", false: "no"}[verb == "create pods"]; got != want {
@@ -70,8 +72,10 @@ func owned(obj metav1.Object, kind string, uid types.UID) bool {
 }
 
 // testLifecycle: a Sandbox gets a hardened Pod (admitted by a restricted
-// namespace) running airlock run under its policy from an owned
-// ConfigMap; the simulated kubelet's states reach the status, with the
+// namespace) running airlock run, installed from the operator's image by
+// an init container, under its policy (in the Pod's own spec: no
+// ConfigMap); the status names the policy's and the Pod's digests; the
+// simulated kubelet's states reach the status, with the
 // report from the termination message; deleting the Sandbox leaves only
 // objects whose owner is gone, which the garbage collector removes.
 func testLifecycle(t *testing.T, e *env) {
@@ -97,23 +101,21 @@ func testLifecycle(t *testing.T, e *env) {
 		t.Errorf("pod ownerReferences = %+v, want the Sandbox as controller", pod.OwnerReferences)
 	}
 	checkHardened(t, &pod, 30+60)
-	wantCmd := []string{"/usr/local/bin/airlock", "run", "--isolation", "landlock", "--policy", "/etc/airlock/policy/policy.yaml",
+	wantCmd := []string{"/.airlock/airlock", "run", "--isolation", "landlock", "--policy", "/.airlock/policy.yaml",
 		"--summary-file", "/dev/termination-log", "--", "python3", "/data/job.py", "--flag"}
-	if c := pod.Spec.Containers[0]; !slices.Equal(c.Command, wantCmd) || c.TerminationMessagePath != "/dev/termination-log" {
-		t.Errorf("container command = %q (termination message %s), want %q", c.Command, c.TerminationMessagePath, wantCmd)
+	if c := pod.Spec.Containers[0]; !slices.Equal(c.Command, wantCmd) || c.TerminationMessagePath != "/dev/termination-log" || c.Image != "registry.example/agent:1" {
+		t.Errorf("container image %s, command %q (termination message %s), want %q", c.Image, c.Command, c.TerminationMessagePath, wantCmd)
 	}
-	var cmName string
-	for _, v := range pod.Spec.Volumes {
-		if v.ConfigMap != nil {
-			cmName = v.ConfigMap.Name
-		}
+	checkEnforcer(t, &pod)
+	if got := policyOf(t, ctx, e.c, &pod); got != podPolicy {
+		t.Errorf("the pod's policy is %q, want the Sandbox's", got)
 	}
-	var cm corev1.ConfigMap
-	if err := e.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cmName}, &cm); err != nil {
-		t.Fatalf("the pod's policy configmap %q: %v", cmName, err)
+	if got.Status.PolicyDigest != controller.PolicyDigest(podPolicy) || !strings.HasPrefix(got.Status.PodDigest, "sha256:") {
+		t.Errorf("status policyDigest %q, podDigest %q; want %s and the pod's digest", got.Status.PolicyDigest, got.Status.PodDigest, controller.PolicyDigest(podPolicy))
 	}
-	if cm.Data["policy.yaml"] != podPolicy || cm.Immutable == nil || !*cm.Immutable || !owned(&cm, "Sandbox", got.UID) {
-		t.Errorf("configmap = %+v, want the policy, immutable, owned by the Sandbox", cm)
+	var cms corev1.ConfigMapList
+	if err := e.c.List(ctx, &cms, client.InNamespace(ns)); err != nil || len(cms.Items) > 1 { // kube-root-ca.crt, where its controller runs
+		t.Errorf("configmaps in %s: %d (%v), want none of the controller's: a Pod's policy is in its spec", ns, len(cms.Items), err)
 	}
 
 	e.runPod(t, ctx, &pod)
@@ -157,6 +159,45 @@ func testLifecycle(t *testing.T, e *env) {
 	}
 	if len(pods.Items) != 1 || !owned(&pods.Items[0], "Sandbox", got.UID) {
 		t.Errorf("after the delete: %d pods, want the one whose controller is the deleted Sandbox (the garbage collector's to remove)", len(pods.Items))
+	}
+}
+
+// checkEnforcer checks that pod runs airlock from the operator's image:
+// an init container of k8stest.OperatorImage installs it into an
+// emptyDir that the sandbox container mounts read-only where its
+// command's airlock is, and the sandbox container pins the environment
+// airlock reads.
+func checkEnforcer(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	s := pod.Spec
+	if len(s.InitContainers) != 1 {
+		t.Fatalf("pod %s has %d init containers, want the enforcer's", pod.Name, len(s.InitContainers))
+	}
+	ic := s.InitContainers[0]
+	if ic.Image != k8stest.OperatorImage || ic.ImagePullPolicy != corev1.PullNever || !slices.Equal(ic.Command, []string{"/usr/local/bin/airlock-controller", "install", "/.airlock"}) {
+		t.Errorf("init container image %s (pull %s) command %q, want the operator's image installing into /.airlock", ic.Image, ic.ImagePullPolicy, ic.Command)
+	}
+	if sc := ic.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.RunAsUser == nil || *sc.RunAsUser != 65532 {
+		t.Errorf("init container securityContext %+v, want the hardened one", sc)
+	}
+	c := s.Containers[0]
+	ro := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.MountPath == "/.airlock" && m.ReadOnly && slices.ContainsFunc(s.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name && v.EmptyDir != nil })
+	})
+	if !ro || c.Command[0] != "/.airlock/airlock" {
+		t.Errorf("sandbox container runs %s with mounts %+v: want airlock from a read-only emptyDir at /.airlock", c.Command[0], c.VolumeMounts)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for _, name := range []string{"GODEBUG", "GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GOTRACEBACK", "TMPDIR", "HOME", "XDG_CACHE_HOME", "TZ"} {
+		if _, ok := env[name]; !ok {
+			t.Errorf("sandbox container does not pin %s over its image's", name)
+		}
+	}
+	if env["TMPDIR"] != "/tmp" {
+		t.Errorf("sandbox container TMPDIR %q, want /tmp (the sized volume)", env["TMPDIR"])
 	}
 }
 

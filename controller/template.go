@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/airlock-sandbox/airlock/controller/api/v1alpha1"
+	"github.com/airlock-sandbox/airlock/policy"
 )
 
 // templateReconciler keeps each SandboxTemplate's warm pool at its size.
@@ -47,6 +48,9 @@ const (
 // failed records that pod, a warm Pod of t, ended by itself.
 func (r *templateReconciler) failed(t *v1alpha1.SandboxTemplate, pod *corev1.Pod) {
 	why := nonEmpty(pod.Status.Reason, "it ended")
+	if w := installFailed(pod); w != "" {
+		why = w
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if term := cs.State.Terminated; cs.Name == container && term != nil {
 			why = fmt.Sprintf("exit %d", term.ExitCode)
@@ -104,8 +108,12 @@ func (r *templateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 
 	var pods corev1.PodList
-	if err := r.direct.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels{LabelTemplate: t.Name, LabelPool: PoolWarm}); err != nil {
+	if err := r.direct.List(ctx, &pods, client.InNamespace(t.Namespace), client.MatchingLabels{LabelTemplate: t.Name, LabelPool: PoolWarm, LabelManagedBy: ManagedBy}); err != nil {
 		return ctrl.Result{}, err
+	}
+	var want0 *corev1.Pod // what a warm Pod of t is now
+	if perr == nil {
+		want0 = warmPod(&t, pol, r.o)
 	}
 	var alive []*corev1.Pod
 	for i := range pods.Items {
@@ -114,13 +122,19 @@ func (r *templateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			continue // claimed meanwhile, or on its way out
 		}
 		ended := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-		if pod.Labels[LabelHash] != hash || ended {
+		// A Pod labelled with t's hash whose spec is not t's now (made
+		// for another spec or by someone else, relabelled, an image
+		// changed), or that restarted or holds a command though it is
+		// unclaimed, can serve no claim: it goes.
+		_, assigned := pod.Annotations[AnnotationArgv]
+		foreign := want0 != nil && (samePod(pod, want0) != "" || restarted(pod) || assigned)
+		if pod.Labels[LabelHash] != hash || ended || foreign {
 			if err := r.delete(ctx, pod); err != nil { // another spec's, or ended
 				return ctrl.Result{}, err
 			}
 			// Waiting out its lifetime (DeadlineExceeded) is how a warm
 			// Pod should end; anything else is a failure.
-			if ended && pod.Labels[LabelHash] == hash && pod.Status.Reason != "DeadlineExceeded" {
+			if ended && !foreign && pod.Labels[LabelHash] == hash && pod.Status.Reason != "DeadlineExceeded" {
 				r.failed(&t, pod)
 			}
 			continue
@@ -145,16 +159,8 @@ func (r *templateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	}
 	held := r.backoff(&t, slices.ContainsFunc(alive, podReady))
 	if len(alive) < want && held == nil {
-		owner := ownerRef("SandboxTemplate", &t)
-		cm := childName(t.Name, "policy-"+hash, 253)
-		if err := r.c.Create(ctx, policyConfigMap(t.Namespace, cm, t.Spec.Policy, owner)); err != nil && !apierrors.IsAlreadyExists(err) {
-			return ctrl.Result{}, fmt.Errorf("create configmap %s: %w", cm, err)
-		}
 		for range want - len(alive) {
-			pod := buildPod(podParams{namespace: t.Namespace, genName: childName(t.Name, "warm-", 58), image: t.Spec.Image, configMap: cm, pol: pol,
-				labels: map[string]string{LabelTemplate: t.Name, LabelPool: PoolWarm, LabelHash: hash},
-				// It waits at most WarmLifetime, then is replaced.
-				deadline: r.o.warmLifetime() + pol.Budget().Wall + startGrace, owner: owner, airlock: r.o.airlock(), seccomp: r.o.seccomp(), hostNet: r.o.HostNetwork})
+			pod := warmPod(&t, pol, r.o)
 			if err := r.c.Create(ctx, pod); err != nil {
 				return ctrl.Result{}, fmt.Errorf("create warm pod for sandboxtemplate %s: %w", t.Name, err)
 			}
@@ -189,6 +195,14 @@ func (r *templateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, fmt.Errorf("update sandboxtemplate %s status: %w", t.Name, err)
 	}
 	return res, nil
+}
+
+// warmPod is a warm Pod of t, whose policy is pol: it waits at most
+// WarmLifetime for its command, then is replaced.
+func warmPod(t *v1alpha1.SandboxTemplate, pol *policy.Policy, o Options) *corev1.Pod {
+	return buildPod(podParams{namespace: t.Namespace, genName: childName(t.Name, "warm-", 58), image: t.Spec.Image, text: t.Spec.Policy, pol: pol,
+		labels:   map[string]string{LabelTemplate: t.Name, LabelPool: PoolWarm, LabelHash: specHash(t.Spec.Policy, t.Spec.Image)},
+		deadline: o.warmLifetime() + pol.Budget().Wall + startGrace, owner: ownerRef("SandboxTemplate", t), o: o})
 }
 
 // delete deletes pod if it is still the one read (its resourceVersion):

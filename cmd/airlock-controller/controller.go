@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -21,7 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
-const controllerSynopsis = `airlock controller [--kubeconfig FILE] [--namespace NS]... [flags]
+const controllerSynopsis = `airlock controller --airlock-image IMAGE [--kubeconfig FILE] [--namespace NS]... [flags]
 
 Runs the airlock controller: each Sandbox (airlock.dev/v1alpha1) becomes a
 Pod whose container runs 'airlock run --isolation landlock' under the
@@ -31,7 +32,15 @@ pool of Pods that wait for a claim. Install the CRDs first:
 
   kubectl apply -f controller/api/v1alpha1/crd/
 
-The images the Sandboxes name must hold airlock (--airlock) and what the
+and packaging/controller/ (the controller's ServiceAccount, and the admission
+policy that keeps everyone else from changing or imitating its Pods).
+
+The enforcer comes from the operator's image (--airlock-image, required),
+never from the image a Sandbox names: each Pod's init container runs
+'airlock-controller install' from it, which copies airlock and airlock-init
+(static, in /usr/local/bin beside airlock-controller) and the policy into a
+volume the sandbox container runs airlock from, read-only. Name the image
+by digest (IMAGE@sha256:...). The Sandboxes' images hold only what the
 commands need. SIGTERM or SIGINT stops the controller.`
 
 // cmdController runs `airlock controller`.
@@ -44,7 +53,8 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	healthAddr := fs.String("health-addr", "0", "serve /healthz and /readyz at `ADDR` (host:port); 0: off")
 	leaderElect := fs.Bool("leader-elect", false, "take a Lease before reconciling, so that only one of several replicas acts")
 	leaderNS := fs.String("leader-election-namespace", "", "the namespace of the Lease (with --leader-elect); empty: the in-cluster namespace")
-	airlockPath := fs.String("airlock", "airlock", "the airlock `PROGRAM` in the Pods' images (a name on their PATH or an absolute path)")
+	airlockImage := fs.String("airlock-image", "", "the operator's `IMAGE` the Pods' enforcer comes from (required): it holds airlock-controller, airlock and airlock-init in "+controller.ImageBin+"; name it by digest")
+	pullPolicy := fs.String("airlock-image-pull-policy", string(corev1.PullIfNotPresent), "the `POLICY` to pull --airlock-image with: Always, IfNotPresent or Never")
 	warm := fs.Duration("warm-lifetime", controller.DefaultWarmLifetime, "how long a warm Pod waits for a claim before it is replaced")
 	workers := fs.Int("workers", controller.DefaultWorkers, "how many Sandboxes are reconciled at once")
 	podSeccomp := fs.String("pod-seccomp", "RuntimeDefault", "the Pods' seccomp `PROFILE`: RuntimeDefault, Unconfined or Localhost/PATH (airlock adds its own filter for the command beneath it; a policy with net_hosts needs a profile that allows pidfd_getfd, which containerd's and Docker's default refuse)")
@@ -65,6 +75,15 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	}
 	if *workers < 1 || *workers > 64 {
 		fmt.Fprintf(stderr, "airlock controller: --workers %d: use 1 to 64\n", *workers)
+		return cli.ExitUsage
+	}
+	if *airlockImage == "" {
+		fmt.Fprintln(stderr, "airlock controller: --airlock-image is required: the operator's image that holds airlock-controller, airlock and airlock-init in "+controller.ImageBin+" (the Pods run airlock from it, never from the Sandboxes' images)")
+		return cli.ExitUsage
+	}
+	pull, err := controller.ParsePullPolicy(*pullPolicy)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock controller: --airlock-image-pull-policy: %s\n", cli.ErrText(err))
 		return cli.ExitUsage
 	}
 	sc, err := controller.ParseSeccomp(*podSeccomp)
@@ -100,7 +119,7 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}
-	if err := controller.Setup(mgr, controller.Options{Airlock: *airlockPath, WarmLifetime: *warm, Workers: *workers, PodSeccomp: sc, HostNetwork: *hostNetwork}); err != nil {
+	if err := controller.Setup(mgr, controller.Options{AirlockImage: *airlockImage, AirlockImagePullPolicy: pull, WarmLifetime: *warm, Workers: *workers, PodSeccomp: sc, HostNetwork: *hostNetwork}); err != nil {
 		fmt.Fprintf(stderr, "airlock controller: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}

@@ -58,11 +58,16 @@ func TestUsage(t *testing.T) {
 		{[]string{"-h"}, 0, "usage: airlock controller"},
 		{[]string{"controller", "--no-such-flag"}, 2, "no-such-flag"},
 		{[]string{"controller", "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"controller", "--warm-lifetime", "0s"}, 2, "--warm-lifetime must be positive"},
-		{[]string{"controller", "--workers", "0"}, 2, "--workers 0: use 1 to 64"},
-		{[]string{"controller", "--pod-seccomp", "Localhost//etc/x"}, 2, "--pod-seccomp: seccomp profile"},
-		{[]string{"controller", "--pod-seccomp", "Localhost/a/../../b"}, 2, "no .. element"},
-		{[]string{"controller", "--pod-seccomp", "unconfined"}, 2, "use RuntimeDefault, Unconfined or Localhost/PATH"},
+		{[]string{"controller"}, 2, "--airlock-image is required"},
+		{[]string{"controller", "--airlock", "/usr/local/bin/airlock"}, 2, "flag provided but not defined: -airlock"},
+		{[]string{"controller", "--airlock-image", "op@sha256:0", "--airlock-image-pull-policy", "Sometimes"}, 2, `image pull policy "Sometimes": use Always, IfNotPresent or Never`},
+		{[]string{"install"}, 2, "want one absolute DIR"},
+		{[]string{"install", "/nonexistent-dir"}, 1, "the policy in AIRLOCK_POLICY is 0 bytes"},
+		{[]string{"controller", "--airlock-image", "op", "--warm-lifetime", "0s"}, 2, "--warm-lifetime must be positive"},
+		{[]string{"controller", "--airlock-image", "op", "--workers", "0"}, 2, "--workers 0: use 1 to 64"},
+		{[]string{"controller", "--airlock-image", "op", "--pod-seccomp", "Localhost//etc/x"}, 2, "--pod-seccomp: seccomp profile"},
+		{[]string{"controller", "--airlock-image", "op", "--pod-seccomp", "Localhost/a/../../b"}, 2, "no .. element"},
+		{[]string{"controller", "--airlock-image", "op", "--pod-seccomp", "unconfined"}, 2, "use RuntimeDefault, Unconfined or Localhost/PATH"},
 		{[]string{"version"}, 0, "airlock-controller "},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -101,7 +106,8 @@ func TestControllerCommand(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, controllerBin, "controller", "--kubeconfig", cp.Kubeconfig, "--namespace", "watched", "--health-addr", health)
+	cmd := exec.CommandContext(ctx, controllerBin, "controller", "--kubeconfig", cp.Kubeconfig, "--namespace", "watched", "--health-addr", health,
+		"--airlock-image", "registry.example/airlock@sha256:"+strings.Repeat("0", 64), "--airlock-image-pull-policy", "Always")
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
@@ -154,8 +160,11 @@ func TestControllerCommand(t *testing.T) {
 	if pod == nil {
 		t.Fatalf("no pod csv-sbx-* among %d sandbox pods", len(sbx.Items))
 	}
-	if got := strings.Join(pod.Spec.Containers[0].Command, " "); got != "airlock run --isolation landlock --policy /etc/airlock/policy/policy.yaml --summary-file /dev/termination-log -- python3 /data/analyse.py" {
+	if got := strings.Join(pod.Spec.Containers[0].Command, " "); got != "/.airlock/airlock run --isolation landlock --policy /.airlock/policy.yaml --summary-file /dev/termination-log -- python3 /data/analyse.py" {
 		t.Errorf("csv's pod command = %q", got)
+	}
+	if ic := pod.Spec.InitContainers; len(ic) != 1 || ic[0].Image != "registry.example/airlock@sha256:"+strings.Repeat("0", 64) || ic[0].ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("csv's pod init containers = %+v, want the enforcer's from --airlock-image, pulled Always", ic)
 	}
 	if pods, err := cp.Client.CoreV1().Pods("other").List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
 		t.Errorf("namespace other, not watched: %d pods (%v), want none", len(pods.Items), err)

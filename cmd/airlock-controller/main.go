@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/airlock-sandbox/airlock/controller"
 	"github.com/airlock-sandbox/airlock/internal/cli"
 )
 
@@ -22,16 +23,38 @@ func main() {
 }
 
 // dispatch runs the controller with args. airlock passes its own
-// arguments, which start with the command name, "controller".
+// arguments, which start with the command name, "controller". `install`
+// is what the Pods' init container runs from the operator's image.
 func dispatch(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
 		case "controller":
 			args = args[1:]
+		case "install":
+			return cmdInstall(args[1:], stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, "airlock-controller", cli.Version)
 			return cli.ExitOK
 		}
 	}
 	return cmdController(args, stdout, stderr)
+}
+
+// cmdInstall runs `airlock-controller install DIR` in a Pod's init
+// container: airlock and airlock-init from this program's folder, and
+// the policy from the environment, into DIR (controller.Install).
+func cmdInstall(args []string, stderr io.Writer) int {
+	if len(args) != 1 || args[0] == "" || args[0][0] != '/' {
+		fmt.Fprintf(stderr, "airlock-controller install: want one absolute DIR, got %q: this is what the Pods' init container runs (usage: airlock-controller install DIR, the policy in $%s)\n", args, controller.EnvPolicy)
+		return cli.ExitUsage
+	}
+	self, err := os.Executable()
+	if err == nil {
+		err = controller.Install(self, args[0], os.Getenv(controller.EnvPolicy))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock-controller %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	return cli.ExitOK
 }

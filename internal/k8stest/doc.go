@@ -22,9 +22,11 @@
 //
 // StartGarbageCollector, StartScheduler and StartNode add
 // kube-controller-manager's garbage collector, kube-scheduler and a real
-// node (a kubelet with containerd and runc, pods with the host's network)
+// node (a kubelet with containerd and runc; pods with the host's network,
+// or with one of their own on a bridge that leads nowhere else)
 // for tests that run Pods; Image, DirLayer and FilesLayer build the
-// images those Pods run, without a registry.
+// images those Pods run, without a registry, and ImportOperator the
+// operator's image the controller's Pods take airlock from.
 //
 // Only tests import it (deps_test.go keeps it out of production
 // packages). It stops an export that a real API server would refuse, or

@@ -17,6 +17,10 @@ import (
 	"strings"
 )
 
+// OperatorImage is the name Node.ImportOperator gives the operator's
+// image, which the controller's Pods take airlock from.
+const OperatorImage = "localhost/k8stest/airlock-operator:1"
+
 // Image is a container image made here, without a registry or a builder:
 // layers of plain files, written as a `docker save` archive that
 // `ctr images import` reads (Node.Import).
@@ -44,6 +48,7 @@ type File struct {
 	Source string      // host file to copy; empty for Data
 	Data   []byte      // the content when Source is empty
 	Mode   fs.FileMode // permission bits (and fs.ModeDir for a folder)
+	Link   string      // when not empty, the file is a symbolic link to Link
 }
 
 // DirLayer returns a layer of everything below root, as the image's /
@@ -105,6 +110,12 @@ func FilesLayer(dir string, files map[string]File) (Layer, error) {
 			file := files[name]
 			if err := mkdirs(filepath.Dir(name)); err != nil {
 				return err
+			}
+			if file.Link != "" {
+				if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(name, "/"), Linkname: file.Link, Mode: 0o777}); err != nil {
+					return err
+				}
+				continue
 			}
 			if file.Mode.IsDir() {
 				if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(name, "/") + "/", Mode: int64(file.Mode.Perm())}); err != nil {

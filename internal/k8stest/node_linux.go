@@ -40,6 +40,14 @@ type Node struct {
 // pod: a shell sleeping, from the layers given to StartNode.
 const PauseImage = "localhost/k8stest/pause:1"
 
+// PodBridge is the host's bridge the pods without hostNetwork are on; the
+// node removes it when it stops. podSubnet is their addresses' range,
+// reachable from nowhere else.
+const (
+	PodBridge = "k8stest0"
+	podSubnet = "10.244.77.0/24"
+)
+
 // kubeletSysctls are the kernel settings the kubelet sets on start
 // (setupKernelTunables): the harness puts them back when the node stops.
 var kubeletSysctls = []string{
@@ -136,11 +144,14 @@ func (n *Node) start(t testing.TB, base []Layer) error {
 	if err := unix.Mount("", n.dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("k8stest: make the node's folder a shared mount: %w", err)
 	}
-	// A network configuration makes the node Ready. It gives no address,
-	// and containerd 1.6 refuses a pod network without one, so pods here
-	// use the host's network (hostNetwork): no pod network, no address
-	// of the host's ranges.
-	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-loopback.conflist"), []byte(`{"cniVersion": "1.0.0", "name": "k8stest-lo", "plugins": [{"type": "loopback"}]}`), 0o600); err != nil {
+	// A network configuration makes the node Ready. A pod of its own
+	// network gets an address on PodBridge, a bridge with no address or
+	// route on the host and no masquerade: it reaches its own loopback
+	// and the other pods, nothing else. Most tests' pods use the host's
+	// network (hostNetwork) to reach a listener on the host's loopback.
+	cni := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "k8stest", "plugins": [{"type": "bridge", "bridge": %q, "isGateway": false, "ipMasq": false,
+  "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}}]}`, PodBridge, podSubnet, filepath.Join(n.dir, "ipam"))
+	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-k8stest.conflist"), []byte(cni), 0o600); err != nil {
 		return err
 	}
 	cfg := fmt.Sprintf(`version = 2
@@ -210,7 +221,7 @@ cgroupDriver: cgroupfs
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
 failSwapOn: false
-podLogsDirectory: %s
+podLogsDir: %s
 evictionHard: {"memory.available": "1Mi", "nodefs.available": "1%%", "imagefs.available": "1%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -323,6 +334,11 @@ func (n *Node) stop(t testing.TB) {
 	// (rmdir leaves both alone when they are not empty).
 	for _, d := range append(must(filepath.Glob("/sys/fs/cgroup/*/k8s.io")), "/run/containerd/s", "/run/containerd") {
 		_ = os.Remove(d)
+	}
+	if err := exec.Command("/usr/sbin/ip", "link", "show", PodBridge).Run(); err == nil {
+		if out, err := exec.Command("/usr/sbin/ip", "link", "delete", PodBridge).CombinedOutput(); err != nil {
+			t.Errorf("k8stest: remove the pods' bridge %s: %v: %s", PodBridge, err, out)
+		}
 	}
 	if err := unmountBelow(n.dir); err != nil {
 		t.Errorf("k8stest: %v", err)
@@ -503,17 +519,46 @@ func (n *Node) Pids() []int {
 // /usr/local/bin/airlock and /usr/local/bin/airlock-init of a layer.
 func AirlockFiles(t testing.TB) map[string]File {
 	t.Helper()
+	return programFiles(t, "airlock", "airlock-init")
+}
+
+// ImportOperator builds airlock, airlock-init and airlock-controller,
+// static, and imports an image of only them, in /usr/local/bin, on no
+// base: the operator's image that the controller's Pods take their
+// enforcer from (controller.Options.AirlockImage). It returns the
+// image's name, OperatorImage; pods must pull it Never.
+func (n *Node) ImportOperator(t testing.TB) string {
+	t.Helper()
+	top, err := FilesLayer(t.TempDir(), programFiles(t, "airlock", "airlock-init", "airlock-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Import(t, &Image{Name: OperatorImage, Layers: []Layer{top}}); err != nil {
+		t.Fatal(err)
+	}
+	return OperatorImage
+}
+
+// programFiles builds airlock's programs (cmd/NAME), static, and returns
+// them as /usr/local/bin/NAME files of a layer.
+func programFiles(t testing.TB, names ...string) map[string]File {
+	t.Helper()
 	bins := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	args := []string{"build", "-o", bins + "/"}
+	for _, name := range names {
+		args = append(args, "github.com/airlock-sandbox/airlock/cmd/"+name)
+	}
 	// go test puts $GOROOT/bin first on PATH.
-	build := exec.CommandContext(ctx, "go", "build", "-o", bins+"/", "github.com/airlock-sandbox/airlock/cmd/airlock", "github.com/airlock-sandbox/airlock/cmd/airlock-init")
+	build := exec.CommandContext(ctx, "go", args...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("k8stest: go build airlock and airlock-init: %v\n%s", err, out)
+		t.Fatalf("k8stest: go build %s: %v\n%s", strings.Join(names, ", "), err, out)
 	}
-	return map[string]File{
-		"/usr/local/bin/airlock":      {Source: filepath.Join(bins, "airlock"), Mode: 0o755},
-		"/usr/local/bin/airlock-init": {Source: filepath.Join(bins, "airlock-init"), Mode: 0o755},
+	files := map[string]File{}
+	for _, name := range names {
+		files["/usr/local/bin/"+name] = File{Source: filepath.Join(bins, name), Mode: 0o755}
 	}
+	return files
 }

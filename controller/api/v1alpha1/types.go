@@ -30,8 +30,10 @@ type SandboxSpec struct {
 	// folder in a Pod. Empty when TemplateRef is set.
 	Policy string `json:"policy,omitempty"`
 
-	// Image holds airlock (on its PATH) and what the command needs.
-	// Required with Policy; empty with TemplateRef (the template's).
+	// Image holds what the command needs: its files are the command's
+	// environment. airlock does not come from it (the controller injects
+	// the operator's). Required with Policy; empty with TemplateRef (the
+	// template's).
 	Image string `json:"image,omitempty"`
 
 	// TemplateRef claims a Pod of a SandboxTemplate in the same
@@ -67,6 +69,15 @@ type SandboxStatus struct {
 	// Warm is true when PodName was a warm Pod of the template, ready
 	// before the Sandbox was created; false for a Pod made for it.
 	Warm bool `json:"warm,omitempty"`
+	// PolicyDigest is "sha256:" and the hex SHA-256 of the policy text
+	// the Pod runs under (the Sandbox's, or its template's when it was
+	// bound), set with PodName.
+	PolicyDigest string `json:"policyDigest,omitempty"`
+	// PodDigest is the SHA-256 of what the controller checked in the
+	// Pod's spec when it bound it (images, commands, environment,
+	// volumes, security context, resources): a Pod changed since, or
+	// replaced under the same name, is not reported.
+	PodDigest string `json:"podDigest,omitempty"`
 	// StartTime is when the Pod started, FinishTime when its command
 	// ended; nil until then.
 	StartTime  *metav1.Time `json:"startTime,omitempty"`
@@ -80,11 +91,12 @@ type SandboxStatus struct {
 	// ended without one.
 	Report *api.Summary `json:"report,omitempty"`
 	// Conditions: Ready (True, reason PodBound, once a Pod runs the
-	// command; False with reason InvalidPolicy, TemplateNotFound or
-	// PodLost and a message that says what is wrong) and, when the Pod
-	// ended without a report, Reported=False saying why (no termination
-	// message, one that is not airlock's summary, or the Pod's own
-	// reason, such as DeadlineExceeded).
+	// command; False with reason InvalidPolicy, TemplateNotFound,
+	// PodLost or PodChanged and a message that says what is wrong) and,
+	// when the Pod ended without a report, Reported=False saying why (no
+	// termination message, one that is not airlock's summary, the
+	// enforcer's installation failed, or the Pod's own reason, such as
+	// DeadlineExceeded).
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
@@ -111,7 +123,8 @@ type SandboxTemplate struct {
 type SandboxTemplateSpec struct {
 	// Policy is the airlock policy file, as in SandboxSpec. Required.
 	Policy string `json:"policy"`
-	// Image is as in SandboxSpec. Required.
+	// Image is as in SandboxSpec: what the commands need, not airlock.
+	// Required.
 	Image string `json:"image"`
 	// WarmPool is how many ready Pods wait for a claim; 0 means none
 	// (every claim gets a new Pod).
