@@ -102,7 +102,9 @@ func TestCSVInjection(t *testing.T) {
 }
 
 // microvmPolicy gives the example's policy a deadline that leaves room for
-// the microVM's boot under software emulation.
+// the microVM's boot under software emulation, which takes from about 5 s
+// on an idle 2-core host to past 15 s while other test packages load it
+// (max_wall counts the boot).
 func microvmPolicy(t *testing.T, dir string) {
 	t.Helper()
 	p := filepath.Join(dir, "policy.yaml")
@@ -110,7 +112,7 @@ func microvmPolicy(t *testing.T, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := strings.Replace(string(b), "max_wall: 5s", "max_wall: 15s", 1)
+	s := strings.Replace(string(b), "max_wall: 5s", "max_wall: 40s", 1)
 	if s == string(b) {
 		t.Fatalf("the example's policy changed; update microvmPolicy:\n%s", b)
 	}
@@ -161,7 +163,7 @@ func testCSVInjection(t *testing.T, bin string, vm bool, flags ...string) {
 	err := cmd.Run()
 	evil.Close()
 	if ctx.Err() != nil {
-		t.Fatalf("airlock run did not finish within 90s (max_wall is 5s, 15s under microvm)\nstderr:\n%s", stderr.String())
+		t.Fatalf("airlock run did not finish within 90s (max_wall is 5s, 40s under microvm)\nstderr:\n%s", stderr.String())
 	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
