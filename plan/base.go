@@ -16,10 +16,24 @@ var baseCandidates = []struct {
 	{"/lib", true}, {"/lib32", true}, {"/lib64", true}, {"/libx32", true},
 	{"/usr/lib", true}, {"/usr/lib32", true}, {"/usr/lib64", true}, {"/usr/libx32", true},
 	{"/usr/local/lib", true},
-	{"/usr/share/zoneinfo", false}, {"/usr/share/ca-certificates", false},
+	// Architecture-independent data, read-only and never executable: time
+	// zones, CA certificates, fonts, and the data files that libraries in
+	// /usr/lib reach through links (matplotlib's mpl-data, for one).
+	{"/usr/share", false},
 	{"/etc/ssl", false}, {"/etc/ca-certificates", false},
 	{"/etc/ld.so.cache", false}, {"/etc/ld.so.conf", false}, {"/etc/ld.so.conf.d", false},
 	{"/etc/localtime", false},
+	// Debian's package manager wires some libraries through links here
+	// (libblas.so.3 -> /etc/alternatives/libblas.so.3-x86_64-linux-gnu ->
+	// /usr/lib/.../blas/libblas.so.3, which numpy needs). It holds only
+	// links: one leads somewhere only where the sandbox already sees its
+	// target, so it widens nothing but the names of the host's choices.
+	{"/etc/alternatives", false},
+	// Configuration that libraries read from /etc as part of their
+	// install, holding no secret: Debian's matplotlib reads its defaults
+	// from /etc/matplotlibrc and refuses to import without it; Python's
+	// mimetypes and others read /etc/mime.types.
+	{"/etc/matplotlibrc", false}, {"/etc/mime.types", false},
 }
 
 // devices are bound from the host, read-write, and nothing else from /dev.

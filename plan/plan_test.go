@@ -23,7 +23,7 @@ func (fakeHost) Lstat(p string) (bool, bool, string, error) {
 		return true, false, l, nil
 	}
 	switch p {
-	case "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share/zoneinfo", "/usr/share/ca-certificates", "/etc/ssl":
+	case "/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/share", "/etc/ssl", "/etc/alternatives":
 		return true, true, "", nil
 	case "/etc/ld.so.cache":
 		return true, false, "", nil
