@@ -39,13 +39,18 @@ func removeAll(dirfd int, name string, depth int) error {
 	if depth <= 0 {
 		return fmt.Errorf("more than %d folders deep", maxDepth)
 	}
-	// The extractor gives every folder's owner rwx: this user (or root)
-	// can list and empty every folder it made.
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// Beneath dirfd, onto no other mount (a folder mounted on is left).
+	fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: beneath})
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	// The extractor gives every folder's owner rwx, but an unpack killed
+	// before its end may leave one without: its owner (this user, or
+	// root) gives it back first, by the fd.
+	if st.Mode&0o700 != 0o700 {
+		_ = unix.Fchmod(fd, st.Mode&0o7777|0o700)
+	}
 	for {
 		names, err := readNames(fd)
 		if err != nil {
