@@ -86,9 +86,9 @@ func runChild() error {
 		}
 		unix.Close(exe)
 	}
-	root, err := confine(mode, os.Args[5])
+	root, err := setup(phase, mode, os.Args[5])
 	if err != nil {
-		return &confineError{err}
+		return err
 	}
 	if phase == phaseUnpack {
 		return unpackStreamed(root)
@@ -110,6 +110,25 @@ func runChild() error {
 		return err
 	}
 	return send(childSock, p, -1)
+}
+
+// setup bounds and confines the child before it reads anything of the
+// image, and returns the fd of its root. The bounds are hard limits, not
+// raised again: the resolver writes no file, and the unpacker none larger
+// than all of an image.
+func setup(phase, mode, how string) (int, error) {
+	fsize := int64(0)
+	if phase == phaseUnpack {
+		fsize = MaxBytes
+	}
+	if err := limitFileSize(fsize); err != nil {
+		return -1, err
+	}
+	root, err := confine(mode, how)
+	if err != nil {
+		return -1, &confineError{err}
+	}
+	return root, nil
 }
 
 // unpackStreamed is the unpacker: it says it is ready, then unpacks into
@@ -157,6 +176,16 @@ func unpackStreamed(root int) error {
 		return err
 	}
 	return send(childSock, message{Op: "done"}, -1)
+}
+
+// limitFileSize makes n bytes the hard limit on the size of any file
+// this process writes (RLIMIT_FSIZE): a write past it fails (EFBIG; the
+// Go runtime ignores SIGXFSZ).
+func limitFileSize(n int64) error {
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(n), Max: uint64(n)}); err != nil {
+		return fmt.Errorf("rlimit fsize: %w", err)
+	}
+	return nil
 }
 
 // askCaller opens a file of a layout folder: the caller opens it, beneath

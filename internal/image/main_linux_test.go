@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 			Child() // the re-executed unpack never returns
 		case probeArg0:
 			probeChild()
-		case compromisedArg0:
+		case compromisedArg0, bloatArg0, fsizeArg0:
 			compromisedChild()
 		case hangArg0:
 			for {

@@ -130,6 +130,9 @@ func (st *store) fromIndex(b []byte, depth int) (*image, error) {
 // and the layer files; the image's digest is its config's (Docker's image
 // ID), and the config's diff_ids check the layers.
 func (st *store) fromDockerArchive() (*image, error) {
+	if st.f == nil {
+		return nil, errors.New("a folder holding a Docker archive's manifest.json: give the archive itself (the tar docker save wrote), or an OCI layout folder")
+	}
 	b, err := st.readAll("manifest.json", maxJSON)
 	if err != nil {
 		return nil, err

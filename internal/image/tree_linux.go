@@ -71,7 +71,8 @@ func removeAll(dirfd int, name string, depth int) error {
 // giveTree is the caller's check of what the child unpacked, once the
 // child is gone: below the folder root every entry must be a folder, a
 // regular file or a symlink, owned by the child's uid and gid, with no
-// set-id bit; at most maxEntries entries and maxDepth folders deep. Each entry is
+// set-id bit; at most maxEntries entries, maxDepth folders deep and
+// maxBytes of files. Each entry is
 // then given to uid/gid (chown is skipped when they are the child's
 // already). Every step is relative to its folder's fd, no symlink
 // followed, so nothing outside root is touched whatever the tree holds.
@@ -79,6 +80,7 @@ type giveTree struct {
 	childUID, childGID int // who the child ran as
 	uid, gid           int // who the tree is given to
 	entries            int
+	bytes              int64              // of the regular files, each counted once
 	given              map[[2]uint64]bool // files of several names given already, by device and inode
 }
 
@@ -122,6 +124,13 @@ func (g *giveTree) give(fd int, rel string, depth int) error {
 			// fchownat(2) AT_SYMLINK_NOFOLLOW: a link itself, never its target.
 			if err := unix.Fchownat(fd, n, g.uid, g.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return fmt.Errorf("%q: %w", p, err)
+			}
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && !again {
+			// The child's own bound is not trusted: what it made is
+			// counted here.
+			if g.bytes += st.Size; g.bytes > maxBytes {
+				return fmt.Errorf("more than %d bytes of files: %s", maxBytes, tooLarge)
 			}
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {

@@ -2,6 +2,7 @@ package image
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,14 +18,22 @@ import (
 // the image it read: the test sets resolverArg0 or unpackerArg0 to one of
 // them; the real code path never does.
 const (
-	// compromisedArg0 reads the image with the real resolver, except
-	// that a file evil.json in a layout (the attacker's payload) makes it
-	// name the manifest it holds instead of the index's; it writes
-	// usr/who = "evil" into any root it was handed and reports done
-	// without reading a layer.
+	// compromisedArg0 is a child taken over by the image once the real
+	// child's setup is done: it reads the image with the real resolver,
+	// except that a file evil.json in a layout (the attacker's payload)
+	// makes it name the manifest it holds instead of the index's; it
+	// writes usr/who = "evil" into any root it was handed and reports
+	// done without reading a layer.
 	compromisedArg0 = "airlock-image-compromised"
 	// hangArg0 never answers and never ends.
 	hangArg0 = "airlock-image-hang"
+	// fsizeArg0 is a resolver taken over once the real setup is done that
+	// writes a 1 MiB file into its root and fails saying what became of
+	// it.
+	fsizeArg0 = "airlock-image-fsize"
+	// bloatArg0 is compromisedArg0 that, as the unpacker, writes three
+	// files of 1 MiB each instead of usr/who, whatever its limits say.
+	bloatArg0 = "airlock-image-bloat"
 )
 
 // compromisedChild is the child of compromisedArg0 (see there).
@@ -34,6 +43,22 @@ func compromisedChild() {
 		os.Exit(1)
 	}
 	phase, source := fakeArgs()
+	root, err := setup(phase, os.Args[2], os.Args[5])
+	if err != nil {
+		fail(err)
+	}
+	if os.Args[0] == fsizeArg0 {
+		wrote := "wrote 1 MiB"
+		if fd, err := unix.Openat(root, "big", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o644); err != nil {
+			wrote = err.Error()
+		} else {
+			if _, err := unix.Write(fd, make([]byte, 1<<20)); err != nil {
+				wrote = err.Error()
+			}
+			unix.Close(fd)
+		}
+		fail(errors.New(wrote))
+	}
 	if phase == phaseUnpack {
 		// The unpacker: the layers are the parent's business; it
 		// writes what it likes and says done.
@@ -57,7 +82,17 @@ func compromisedChild() {
 				break
 			}
 		}
-		writeEvil(childRoot)
+		if os.Args[0] == bloatArg0 {
+			for i := range 3 {
+				fd, err := unix.Openat(root, fmt.Sprintf("bloat%d", i), unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, 0o644)
+				if err == nil {
+					_, _ = unix.Write(fd, make([]byte, 1<<20))
+					unix.Close(fd)
+				}
+			}
+		} else {
+			writeEvil(root)
+		}
 		_ = send(childSock, message{Op: "done"}, -1)
 		os.Exit(0)
 	}
@@ -71,7 +106,6 @@ func compromisedChild() {
 		st = &store{opener: askCaller}
 	}
 	var img *image
-	var err error
 	if b, rerr := st.readAll("evil.json", maxJSON); rerr == nil {
 		img, err = st.fromIndex(b, 0)
 	} else {
@@ -80,7 +114,7 @@ func compromisedChild() {
 	if err != nil {
 		fail(err)
 	}
-	writeEvil(childRoot) // the resolver's root, if it has one
+	writeEvil(root) // the resolver's root, thrown away
 	p, err := st.proposal(img)
 	if err != nil {
 		fail(err)
@@ -90,7 +124,7 @@ func compromisedChild() {
 	}
 	if m, _, err := recv(childSock); err == nil && m.Op == "unpack" {
 		// A parent that asks the resolving child to unpack too.
-		writeEvil(childRoot)
+		writeEvil(root)
 		_ = send(childSock, message{Op: "done"}, -1)
 	}
 	os.Exit(0)
@@ -204,6 +238,39 @@ func TestAttackCompromisedChild(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestAttackCompromisedBytes: an unpacker taken over by its layer, which
+// ignores the bound on bytes it was given, does not get more than that
+// bound into the cache: the caller counts what it made.
+func TestAttackCompromisedBytes(t *testing.T) {
+	eachMode(t, func(t *testing.T) {
+		old := maxBytes
+		maxBytes = 2 << 20
+		unpackerArg0 = bloatArg0
+		defer func() { maxBytes, unpackerArg0 = old, ChildArg0 }()
+		cache := t.TempDir()
+		u, err := Unpack(layout(t, [][]entry{{dir("usr/"), file("usr/who", "good")}}, nil), cache, Options{})
+		if err == nil || !strings.Contains(err.Error(), "bytes") {
+			t.Errorf("Unpack by an unpacker that wrote 3 MiB under a bound of 2 MiB = %+v, %v; want a refusal naming the bytes", u, err)
+		}
+		if es, _ := os.ReadDir(cache); len(es) != 0 {
+			t.Errorf("the cache keeps %v", es)
+		}
+	})
+}
+
+// TestResolverWritesNothing: the resolver, taken over by the image after
+// its setup, cannot write a file of even one byte (RLIMIT_FSIZE 0).
+func TestResolverWritesNothing(t *testing.T) {
+	eachMode(t, func(t *testing.T) {
+		resolverArg0 = fsizeArg0
+		defer func() { resolverArg0 = ChildArg0 }()
+		_, err := Unpack(layout(t, [][]entry{{dir("usr/")}}, nil), t.TempDir(), Options{})
+		if err == nil || !strings.Contains(err.Error(), "file too large") {
+			t.Errorf("a resolver's write of 1 MiB: %v; want EFBIG", err)
+		}
+	})
 }
 
 // TestAttackUnpackDeadline: a child that never ends (an extractor stuck
