@@ -127,8 +127,8 @@ func (st *store) fromIndex(b []byte, depth int) (*image, error) {
 }
 
 // fromDockerArchive reads a Docker archive: manifest.json names the config
-// and the layer files; the image's digest is its config's (Docker's image
-// ID), and the config's diff_ids check the layers.
+// and the layer files, and the config's diff_ids check the layers. The
+// layers have no digest of their own: proposal hashes their files.
 func (st *store) fromDockerArchive() (*image, error) {
 	if st.f == nil {
 		return nil, errors.New("a folder holding a Docker archive's manifest.json: give the archive itself (the tar docker save wrote), or an OCI layout folder")
