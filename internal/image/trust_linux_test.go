@@ -42,7 +42,7 @@ func compromisedChild() {
 		_ = send(childSock, message{Op: "error", Error: "compromised: " + err.Error()}, -1)
 		os.Exit(1)
 	}
-	phase, source := fakeArgs()
+	phase, source := os.Args[1], os.Args[3]
 	root, err := setup(phase, os.Args[2], os.Args[5])
 	if err != nil {
 		fail(err)
@@ -123,15 +123,14 @@ func compromisedChild() {
 		fail(err)
 	}
 	if m, _, err := recv(childSock); err == nil && m.Op == "unpack" {
-		// A parent that asks the resolving child to unpack too.
+		// A caller that has the child that read the documents unpack
+		// the layers too (one child for both, as airlock's unpack once
+		// was): it writes its content and says done.
 		writeEvil(root)
 		_ = send(childSock, message{Op: "done"}, -1)
 	}
 	os.Exit(0)
 }
-
-// fakeArgs returns the phase and the source a child was started with.
-func fakeArgs() (phase, source string) { return os.Args[1], os.Args[3] }
 
 // writeEvil writes usr/who = "evil" beneath the folder fd root.
 func writeEvil(root int) {
