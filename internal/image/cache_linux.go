@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -158,18 +159,31 @@ type temp struct {
 }
 
 // newTemp makes a temporary entry whose root folder the child (uid, gid)
-// owns.
+// owns. The entry is locked (flock(2)) while this process holds it: a
+// sweep removes only the entries no one holds.
 func (c *cache) newTemp(uid, gid int) (*temp, error) {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
-	t := &temp{name: ".unpack-" + hex.EncodeToString(b[:]), fd: -1, rootFD: -1}
-	if err := unix.Mkdirat(c.fd, t.name, 0o700); err != nil {
-		return nil, fmt.Errorf("image cache %s: %w", c.dir, err)
+	var t *temp
+	for try := 0; ; try++ {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
+		t = &temp{name: tempPrefix + hex.EncodeToString(b[:]), fd: -1, rootFD: -1}
+		if err := unix.Mkdirat(c.fd, t.name, 0o700); err != nil {
+			return nil, fmt.Errorf("image cache %s: %w", c.dir, err)
+		}
+		fd, err := unix.Openat(c.fd, t.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err == nil {
+			if err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err == nil && sameFile(c.fd, t.name, fd) {
+				t.fd = fd
+				break
+			}
+			unix.Close(fd)
+		}
+		// Another unpack's sweep took it between its making and its lock.
+		if try == 3 {
+			return nil, fmt.Errorf("image cache %s: make an entry: it went each time it was made (%v): is something else removing files in the cache?", c.dir, err)
+		}
 	}
 	err := func() (err error) {
-		if t.fd, err = unix.Openat(c.fd, t.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
-			return err
-		}
 		if err := c.trusted(t.fd, "", 0o077); err != nil {
 			return err
 		}
@@ -196,15 +210,52 @@ func (c *cache) newTemp(uid, gid int) (*temp, error) {
 	return t, nil
 }
 
-// drop removes a temporary entry, whatever it holds.
+// drop removes a temporary entry, whatever it holds, and then lets go
+// of its lock.
 func (c *cache) drop(t *temp) {
 	if t.rootFD >= 0 {
 		unix.Close(t.rootFD)
 	}
+	_ = removeAll(c.fd, t.name, maxDepth+3) // what cannot be removed stays, harmless, under a name never used; sweep tries again
 	if t.fd >= 0 {
 		unix.Close(t.fd)
 	}
-	_ = removeAll(c.fd, t.name, maxDepth+3) // what cannot be removed stays, harmless, under a name never used
+}
+
+// tempPrefix begins the name of every temporary entry.
+const tempPrefix = ".unpack-"
+
+// sweep removes the temporary entries that unpacks which were killed left
+// in the cache: a folder named tempPrefix and 16 hex digits, owned by this
+// user, that no unpack holds the lock of. Every step is relative to the
+// cache's fd, and no symlink is followed nor mount crossed (removeAll);
+// anything else is left alone. What cannot be removed stays for the next
+// sweep.
+func (c *cache) sweep() {
+	names, err := readNames(c.fd)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		h, ok := strings.CutPrefix(n, tempPrefix)
+		if !ok || len(h) != 16 || strings.Trim(h, "0123456789abcdef") != "" {
+			continue
+		}
+		fd, err := unix.Openat2(c.fd, n, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: beneath})
+		if err != nil {
+			continue // a symlink, a file, or gone
+		}
+		if c.trusted(fd, "", 0) == nil && unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil && sameFile(c.fd, n, fd) {
+			_ = removeAll(c.fd, n, maxDepth+3)
+		}
+		unix.Close(fd)
+	}
+}
+
+// sameFile reports whether name in the folder dirfd is the file fd.
+func sameFile(dirfd int, name string, fd int) bool {
+	var a, b unix.Stat_t
+	return unix.Fstatat(dirfd, name, &a, unix.AT_SYMLINK_NOFOLLOW) == nil && unix.Fstat(fd, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // commit checks what the child (childUID, childGID) unpacked, gives it to

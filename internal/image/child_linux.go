@@ -26,20 +26,29 @@ const (
 	childSrc  = 5
 )
 
-// The ways the child confines itself (its argv[1]).
+// The ways the child confines itself (its argv[2]).
 const (
 	modeNamespaces = "ns"       // user, mount, pid, net, ipc namespaces; Landlock where the kernel has it
 	modeLandlock   = "landlock" // Landlock alone, where user namespaces are missing
 )
 
-// Child is the unpack's child: it confines itself, reads the image from
-// the fds it was handed, reports the image's key, and unpacks it into the
-// entry's root when the caller asks. It never returns.
+// The children's work (their argv[1]).
+const (
+	phaseResolve = "resolve" // read the image's documents and propose what to unpack
+	phaseUnpack  = "unpack"  // unpack the layers the caller streams
+)
+
+// Child is the unpack's child: it confines itself and then either reads
+// the image from the fds it was handed and proposes what to unpack
+// (resolve), or unpacks into the entry's root the layers the caller
+// streams to it (unpack). It never returns.
 //
-// Arguments: MODE (ns or landlock), SOURCE (file or dir), EXE (fd when
-// its executable's fd follows the others, self otherwise), ROOT (how the
-// entry's root is handed: fd, its folder; mount, a detached bind of it;
-// or, for mode ns, its path, to bind from the child's own mount tree).
+// Arguments: PHASE (resolve or unpack), MODE (ns or landlock), SOURCE
+// (file, dir, or stream for unpack), EXE (fd when its executable's fd
+// follows the others, self otherwise), ROOT (how the entry's root is
+// handed: fd, its folder; mount, a detached bind of it; or, for mode ns,
+// its path, to bind from the child's own mount tree). The resolver's
+// root is a scratch folder the caller throws away.
 //
 // Preconditions:
 //   - started by Unpack with the fds above
@@ -66,20 +75,23 @@ type confineError struct{ err error }
 func (e *confineError) Error() string { return "confine the unpack: " + e.err.Error() }
 
 func runChild() error {
-	if len(os.Args) != 5 {
-		return errors.New("usage: MODE SOURCE EXE ROOT (started by airlock, not by hand)")
+	if len(os.Args) != 6 {
+		return errors.New("usage: PHASE MODE SOURCE EXE ROOT (started by airlock, not by hand)")
 	}
-	mode, source := os.Args[1], os.Args[2]
-	if os.Args[3] == "fd" {
+	phase, mode, source := os.Args[1], os.Args[2], os.Args[3]
+	if os.Args[4] == "fd" {
 		exe := childRoot + 1
 		if source == "file" {
 			exe = childSrc + 1
 		}
 		unix.Close(exe)
 	}
-	root, err := confine(mode, os.Args[4])
+	root, err := setup(phase, mode, os.Args[5])
 	if err != nil {
-		return &confineError{err}
+		return err
+	}
+	if phase == phaseUnpack {
+		return unpackStreamed(root)
 	}
 	var st *store
 	if source == "file" {
@@ -93,28 +105,87 @@ func runChild() error {
 	if err != nil {
 		return err
 	}
-	if err := send(childSock, message{Op: "image", Kind: img.kind, Config: img.config, Layers: img.diffIDs}, -1); err != nil {
+	p, err := st.proposal(img)
+	if err != nil {
+		return err
+	}
+	return send(childSock, p, -1)
+}
+
+// setup bounds and confines the child before it reads anything of the
+// image, and returns the fd of its root. The bounds are hard limits, not
+// raised again: the resolver writes no file, and the unpacker none larger
+// than all of an image.
+func setup(phase, mode, how string) (int, error) {
+	fsize := int64(0)
+	if phase == phaseUnpack {
+		fsize = MaxBytes
+	}
+	if err := limitFileSize(fsize); err != nil {
+		return -1, err
+	}
+	root, err := confine(mode, how)
+	if err != nil {
+		return -1, &confineError{err}
+	}
+	return root, nil
+}
+
+// unpackStreamed is the unpacker: it says it is ready, then unpacks into
+// root each layer the caller streams, checking it against its diff_id.
+func unpackStreamed(root int) error {
+	if err := send(childSock, message{Op: "ready"}, -1); err != nil {
 		return err
 	}
 	m, fd, err := recv(childSock)
 	if fd >= 0 {
 		unix.Close(fd)
 	}
-	if err != nil || m.Op != "unpack" {
-		return err // stop: the image is in the cache
+	if err != nil {
+		return err
+	}
+	if m.Op != "unpack" {
+		return fmt.Errorf("unexpected message %q", m.Op)
 	}
 	m.Limits.apply()
+	diffIDs := m.DiffIDs
 	x := newExtractor(root)
 	defer x.close()
-	for i, l := range img.layers {
-		if err := x.layer(st, l, img.diffIDs[i]); err != nil {
-			return fmt.Errorf("layer %d (%q): %w", i+1, l.Digest, err)
+	for i := 0; ; i++ {
+		m, fd, err := recv(childSock)
+		if err != nil {
+			return err
+		}
+		if m.Op == "end" && fd < 0 && i == len(diffIDs) {
+			break
+		}
+		if m.Op != "layer" || fd < 0 || i >= len(diffIDs) {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			return fmt.Errorf("unexpected message %q", m.Op)
+		}
+		f := os.NewFile(uintptr(fd), "layer")
+		err = x.layer(f, diffIDs[i])
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", i+1, err)
 		}
 	}
 	if err := x.finish(); err != nil {
 		return err
 	}
-	return send(childSock, message{Op: "done", Entries: x.entries, Bytes: x.bytes, Skipped: x.skipped}, -1)
+	return send(childSock, message{Op: "done"}, -1)
+}
+
+// limitFileSize makes n bytes the hard limit on the size of any file
+// this process writes (RLIMIT_FSIZE): a write past it fails (EFBIG; the
+// Go runtime ignores SIGXFSZ).
+func limitFileSize(n int64) error {
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(n), Max: uint64(n)}); err != nil {
+		return fmt.Errorf("rlimit fsize: %w", err)
+	}
+	return nil
 }
 
 // askCaller opens a file of a layout folder: the caller opens it, beneath

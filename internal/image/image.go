@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Limits on what one image may unpack to.
@@ -16,6 +17,8 @@ const (
 	MaxLayers  = 256      // layers of one image
 	MaxDepth   = 256      // folders above an entry
 	MaxName    = 4096     // bytes of an entry's name or link target (PATH_MAX)
+	// MaxDuration bounds one Unpack: its children are killed after it.
+	MaxDuration = 30 * time.Minute
 )
 
 // Unpacked is an image made into a root filesystem.
@@ -48,14 +51,20 @@ const (
 )
 
 // Key returns the document that names what an image unpacks to (its kind,
-// its config's digest, its layers' diff_ids in order, and the version of
-// the unpack's rules) and its digest, the cache key. The document is what
-// the done marker of a cache entry holds.
-func Key(kind Kind, config string, diffIDs []string) (doc, digest string) {
+// its config's digest, and its layers in order: each one's blob digest,
+// as stored, and diff_id, uncompressed; and the version of the unpack's
+// rules) and its digest, the cache key. The document is what the done
+// marker of a cache entry holds. Every digest in it is of bytes Unpack
+// read and checked itself.
+func Key(kind Kind, config string, blobs, diffIDs []string) (doc, digest string) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "airlock rootfs 2\nkind %s\nconfig %s\n", kind, config)
-	for _, d := range diffIDs {
-		fmt.Fprintf(&b, "layer %s\n", d)
+	fmt.Fprintf(&b, "airlock rootfs 3\nkind %s\nconfig %s\n", kind, config)
+	for i, d := range blobs {
+		diff := ""
+		if i < len(diffIDs) {
+			diff = diffIDs[i]
+		}
+		fmt.Fprintf(&b, "layer %s %s\n", d, diff)
 	}
 	doc = b.String()
 	return doc, digestOf([]byte(doc))

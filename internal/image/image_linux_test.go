@@ -218,7 +218,7 @@ func TestUnpackDockerArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, want := Key(KindDocker, sum(cfg), []string{sum(raw)}); u.Digest != want {
+	if _, want := Key(KindDocker, sum(cfg), []string{sum(raw)}, []string{sum(raw)}); u.Digest != want {
 		t.Errorf("digest %s, want the key of the config %s and the layer, %s", u.Digest, sum(cfg), want)
 	}
 	if b, _ := os.ReadFile(filepath.Join(u.Dir, "usr/lib/x")); string(b) != "x" {

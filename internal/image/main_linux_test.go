@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/airtest"
 )
@@ -15,6 +16,12 @@ func TestMain(m *testing.M) {
 			Child() // the re-executed unpack never returns
 		case probeArg0:
 			probeChild()
+		case compromisedArg0, bloatArg0, fsizeArg0:
+			compromisedChild()
+		case hangArg0:
+			for {
+				time.Sleep(time.Hour) // never ends
+			}
 		}
 	}
 	if os.Getenv(noUserNSEnv) != "" {

@@ -9,26 +9,44 @@ import (
 )
 
 // The unpack's protocol: JSON messages, one per SOCK_SEQPACKET packet,
-// between the caller (Unpack) and its child, with at most one fd each.
+// between the caller (Unpack) and a child, with at most one fd each. Two
+// children run, one after the other, each in a process of its own:
+//
+// The resolver reads the image's documents and proposes what to unpack.
 //
 //	child  -> caller  open NAME     a layout's file; the answer is file (with its fd) or error
-//	child  -> caller  image         the image's kind, config digest and diff_ids
-//	caller -> child   unpack | stop unpack it into the entry's root, or stop (cached)
-//	child  -> caller  done | error  the unpack's end
+//	child  -> caller  image         the kind, the config's and the layers' blobs, the diff_ids
 //	child  -> caller  confine       the child could not confine itself (Error says why)
+//
+// The caller reads the config's and the layers' blobs itself and checks
+// them against the digests proposed; the key is made of what it checked.
+// The unpacker gets those bytes and nothing else of the image:
+//
+//	child  -> caller  ready | confine  confined, or not
+//	caller -> child   unpack           the diff_ids and the limits
+//	caller -> child   layer            a pipe (its fd) that the caller fills with one layer's blob
+//	caller -> child   end              no more layers
+//	child  -> caller  done | error     the unpack's end: done says only that the child is finished
 type message struct {
 	Op      string   `json:"op"`
 	Name    string   `json:"name,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Kind    Kind     `json:"kind,omitempty"`
-	Config  string   `json:"config,omitempty"`
-	Layers  []string `json:"layers,omitempty"`
-	Entries int      `json:"entries,omitempty"`
-	Bytes   int64    `json:"bytes,omitempty"`
-	Skipped int      `json:"skipped,omitempty"`
+	Config  *blob    `json:"config,omitempty"`
+	Layers  []blob   `json:"layers,omitempty"`
+	DiffIDs []string `json:"diff_ids,omitempty"`
 	// Limits, with unpack, are the bounds the child applies: the
 	// caller's, at most the package's constants.
 	Limits *limits `json:"limits,omitempty"`
+}
+
+// blob is where the resolver says a blob of the image is and what it
+// holds: Off is its offset in an archive (a layout's blob is found by its
+// digest), Size its bytes, Digest their sha256.
+type blob struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+	Off    int64  `json:"off,omitempty"`
 }
 
 // limits are the unpack's bounds that tests lower.
@@ -58,8 +76,9 @@ func (l *limits) apply() {
 	}
 }
 
-// maxMessage bounds one packet: MaxLayers diff_ids fit with room to spare.
-const maxMessage = 64 << 10
+// maxMessage bounds one packet: MaxLayers blobs and diff_ids fit with
+// room to spare.
+const maxMessage = 128 << 10
 
 // send writes m, with fd when it is not -1, to the socket sock.
 func send(sock int, m message, fd int) error {
@@ -111,7 +130,7 @@ func recv(sock int) (message, int, error) {
 			return fail(ferr)
 		}
 		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > maxMessage {
-			return fail(errors.New("an unpack message over 64 KiB"))
+			return fail(errors.New("an unpack message over 128 KiB"))
 		}
 		var m message
 		if err := json.Unmarshal(buf[:n], &m); err != nil {

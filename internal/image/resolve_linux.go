@@ -43,10 +43,11 @@ type descriptor struct {
 // image is what resolve found: the layers in order with the uncompressed
 // digests the config promises for them.
 type image struct {
-	kind    Kind
-	config  string // the config's digest
-	layers  []descriptor
-	diffIDs []string
+	kind       Kind
+	config     descriptor // the config's blob
+	configName string     // its file in the store
+	layers     []descriptor
+	diffIDs    []string
 }
 
 // Media types that mean "an index" and the layer encodings understood.
@@ -121,13 +122,17 @@ func (st *store) fromIndex(b []byte, depth int) (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &image{kind: KindOCI, config: man.Config.Digest, layers: man.Layers, diffIDs: diffs}, nil
+	name, _ := blobPath(man.Config.Digest) // read above: a valid digest
+	return &image{kind: KindOCI, config: man.Config, configName: name, layers: man.Layers, diffIDs: diffs}, nil
 }
 
 // fromDockerArchive reads a Docker archive: manifest.json names the config
-// and the layer files; the image's digest is its config's (Docker's image
-// ID), and the config's diff_ids check the layers.
+// and the layer files, and the config's diff_ids check the layers. The
+// layers have no digest of their own: proposal hashes their files.
 func (st *store) fromDockerArchive() (*image, error) {
+	if st.f == nil {
+		return nil, errors.New("a folder holding a Docker archive's manifest.json: give the archive itself (the tar docker save wrote), or an OCI layout folder")
+	}
 	b, err := st.readAll("manifest.json", maxJSON)
 	if err != nil {
 		return nil, err
@@ -150,7 +155,11 @@ func (st *store) fromDockerArchive() (*image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img := &image{kind: KindDocker, config: digestOf(cfg), diffIDs: diffs}
+	name, err := cleanName(ms[0].Config)
+	if err != nil {
+		return nil, err
+	}
+	img := &image{kind: KindDocker, config: descriptor{Digest: digestOf(cfg), Size: int64(len(cfg))}, configName: name, diffIDs: diffs}
 	for _, l := range ms[0].Layers {
 		img.layers = append(img.layers, descriptor{Digest: "file:" + l})
 	}

@@ -80,9 +80,9 @@ func (st *store) has(name string) bool {
 // that leaves the store is refused, and so (by the opener) is a file
 // reached through a symlink or that is not a regular file.
 func (st *store) open(name string) (io.ReadCloser, error) {
-	clean := path.Clean("/" + name)[1:]
-	if clean == "" || len(name) > MaxName || strings.HasPrefix(name, "/") || clean != name && clean != strings.TrimPrefix(name, "./") {
-		return nil, fmt.Errorf("the image names the file %q, which is not a plain relative path", name)
+	clean, err := cleanName(name)
+	if err != nil {
+		return nil, err
 	}
 	if st.f != nil {
 		s, ok := st.members[clean]
@@ -94,51 +94,64 @@ func (st *store) open(name string) (io.ReadCloser, error) {
 	return st.opener(clean)
 }
 
-// layerReader opens layer l: a blob of a layout, checked against its
-// digest as it is read, or a member file of a Docker archive.
-func (st *store) layerReader(l descriptor) (io.ReadCloser, *hashingReader, error) {
-	name, ok := strings.CutPrefix(l.Digest, "file:")
-	if !ok {
-		var err error
-		if name, err = blobPath(l.Digest); err != nil {
-			return nil, nil, err
-		}
+// cleanName returns the name of a file the image names, cleaned, or an
+// error when it is not a plain relative path.
+func cleanName(name string) (string, error) {
+	clean := path.Clean("/" + name)[1:]
+	if clean == "" || len(name) > MaxName || strings.HasPrefix(name, "/") || clean != name && clean != strings.TrimPrefix(name, "./") {
+		return "", fmt.Errorf("the image names the file %q, which is not a plain relative path", name)
 	}
-	r, err := st.open(name)
+	return clean, nil
+}
+
+// proposal is the resolver's answer: where the config and the layers'
+// blobs are and their digests, which the caller checks as it reads them.
+// A layout's blob is found by its digest; an archive's by its offset. A
+// Docker archive names its layers by file, which are hashed here.
+func (st *store) proposal(img *image) (message, error) {
+	m := message{Op: "image", Kind: img.kind, DiffIDs: img.diffIDs}
+	where := func(name string, d descriptor) (blob, error) {
+		b := blob{Digest: d.Digest, Size: d.Size}
+		if st.f == nil {
+			return b, nil
+		}
+		s, ok := st.members[name]
+		if !ok {
+			return b, fmt.Errorf("the archive has no file %q", name)
+		}
+		if d.Digest == "" {
+			h := newHashingReader(io.NewSectionReader(st.f, s.off, s.size))
+			if _, err := io.Copy(io.Discard, h); err != nil {
+				return b, fmt.Errorf("%q: %w", name, err)
+			}
+			b.Digest, b.Size = h.digest(), s.size
+		}
+		b.Off = s.off
+		return b, nil
+	}
+	cb, err := where(img.configName, img.config)
 	if err != nil {
-		return nil, nil, err
+		return m, err
 	}
-	var in io.Reader = r
-	if !ok {
-		// A blob is read no further than its size: more is refused
-		// without reading the rest.
-		in = &sized{r: r, left: l.Size, digest: l.Digest}
-	}
-	return r, newHashingReader(in), nil
-}
-
-// sized reads a blob and fails once it is longer than its descriptor
-// says.
-type sized struct {
-	r      io.Reader
-	left   int64
-	digest string
-}
-
-func (s *sized) Read(p []byte) (int, error) {
-	if s.left <= 0 {
-		var one [1]byte
-		if n, _ := io.ReadFull(s.r, one[:]); n > 0 {
-			return 0, fmt.Errorf("blob %s is longer than its descriptor's size: the image is damaged or was altered", s.digest)
+	m.Config = &cb
+	for _, l := range img.layers {
+		name, ok := strings.CutPrefix(l.Digest, "file:")
+		if ok {
+			l.Digest = "" // hashed here
+			name, err = cleanName(name)
+		} else {
+			name, err = blobPath(l.Digest)
 		}
-		return 0, io.EOF
+		if err != nil {
+			return m, err
+		}
+		b, err := where(name, l)
+		if err != nil {
+			return m, err
+		}
+		m.Layers = append(m.Layers, b)
 	}
-	if int64(len(p)) > s.left {
-		p = p[:s.left]
-	}
-	n, err := s.r.Read(p)
-	s.left -= int64(n)
-	return n, err
+	return m, nil
 }
 
 // hashingReader hashes what is read through it.

@@ -39,13 +39,18 @@ func removeAll(dirfd int, name string, depth int) error {
 	if depth <= 0 {
 		return fmt.Errorf("more than %d folders deep", maxDepth)
 	}
-	// The extractor gives every folder's owner rwx: this user (or root)
-	// can list and empty every folder it made.
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	// Beneath dirfd, onto no other mount (a folder mounted on is left).
+	fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: beneath})
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
+	// The extractor gives every folder's owner rwx, but an unpack killed
+	// before its end may leave one without: its owner (this user, or
+	// root) gives it back first, by the fd.
+	if st.Mode&0o700 != 0o700 {
+		_ = unix.Fchmod(fd, st.Mode&0o7777|0o700)
+	}
 	for {
 		names, err := readNames(fd)
 		if err != nil {
@@ -66,7 +71,8 @@ func removeAll(dirfd int, name string, depth int) error {
 // giveTree is the caller's check of what the child unpacked, once the
 // child is gone: below the folder root every entry must be a folder, a
 // regular file or a symlink, owned by the child's uid and gid, with no
-// set-id bit; at most maxEntries entries and maxDepth folders deep. Each entry is
+// set-id bit; at most maxEntries entries, maxDepth folders deep and
+// maxBytes of files. Each entry is
 // then given to uid/gid (chown is skipped when they are the child's
 // already). Every step is relative to its folder's fd, no symlink
 // followed, so nothing outside root is touched whatever the tree holds.
@@ -74,6 +80,7 @@ type giveTree struct {
 	childUID, childGID int // who the child ran as
 	uid, gid           int // who the tree is given to
 	entries            int
+	bytes              int64              // of the regular files, each counted once
 	given              map[[2]uint64]bool // files of several names given already, by device and inode
 }
 
@@ -117,6 +124,13 @@ func (g *giveTree) give(fd int, rel string, depth int) error {
 			// fchownat(2) AT_SYMLINK_NOFOLLOW: a link itself, never its target.
 			if err := unix.Fchownat(fd, n, g.uid, g.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				return fmt.Errorf("%q: %w", p, err)
+			}
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && !again {
+			// The child's own bound is not trusted: what it made is
+			// counted here.
+			if g.bytes += st.Size; g.bytes > maxBytes {
+				return fmt.Errorf("more than %d bytes of files: %s", maxBytes, tooLarge)
 			}
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR {

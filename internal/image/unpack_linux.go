@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,44 +22,53 @@ import (
 	"github.com/airlock-sandbox/airlock/plan/spec"
 )
 
-// testMode, when set, is the only mode Unpack tries, and childName the
-// child's argv[0] (tests).
+// testMode, when set, is the only mode Unpack tries; resolverArg0 and
+// unpackerArg0 are the children's argv[0] (tests stand a taken-over child
+// in for one of them).
 var (
-	testMode  string
-	childName = ChildArg0
+	testMode     string
+	resolverArg0 = ChildArg0
+	unpackerArg0 = ChildArg0
 )
 
-// maxOpens bounds the files a layout's unpack may ask for: the index,
-// the manifests, the config and the layers.
-const maxOpens = 2*MaxLayers + 16
+// unpackDeadline is how long the children of one Unpack may run in all
+// (tests lower it).
+var unpackDeadline = MaxDuration
+
+// maxOpens bounds the files a layout's resolver may ask for: the index,
+// the manifests and the config.
+const maxOpens = 16
 
 // Unpack makes src (an OCI layout folder, or an OCI or Docker archive)
-// into a root filesystem below cache, or finds it there. The image is read
-// and unpacked by a confined child (see the package doc); this process
-// only opens files, checks and gives what the child made, and renames it
-// into place.
+// into a root filesystem below cache, or finds it there. The image is
+// read by confined children (see the package doc); this process only
+// opens files, reads and checks the blobs it hands on, and checks, gives
+// and renames into place what the unpack made.
 func Unpack(src, cache string, opt Options) (*Unpacked, error) {
 	c, err := openCache(cache)
 	if err != nil {
 		return nil, err
 	}
 	defer c.close()
+	c.sweep()
 	in, dir, err := openSource(src)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", src, err)
 	}
 	defer in.Close()
 	uid, gid := childIDs(c)
-	// The child's death signal is tied to the thread that starts it.
+	// The children's death signal is tied to the thread that starts them.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	modes := []string{modeNamespaces, modeLandlock}
 	if testMode != "" {
 		modes = []string{testMode}
 	}
+	u := &unpack{c: c, in: in, dir: dir, uid: uid, gid: gid, exe: opt.Executable, deadline: time.Now().Add(unpackDeadline)}
 	var why []string
 	for _, mode := range modes {
-		u, err := unpackOnce(c, in, dir, mode, uid, gid, opt)
+		u.mode = mode
+		res, err := u.run()
 		var ce *confineError
 		if errors.As(err, &ce) {
 			why = append(why, mode+": "+ce.Error())
@@ -66,9 +77,20 @@ func Unpack(src, cache string, opt Options) (*Unpacked, error) {
 		if err != nil {
 			return nil, fmt.Errorf("image %s: %w", src, err)
 		}
-		return u, nil
+		return res, nil
 	}
 	return nil, fmt.Errorf("image %s: the unpack could not be confined (%s): airlock never unpacks an image unconfined; enable user namespaces or Landlock (see airlock doctor), or unpack it yourself and give the folder as rootfs", src, strings.Join(why, "; "))
+}
+
+// unpack is one Unpack's state.
+type unpack struct {
+	c        *cache
+	in       *os.File // the archive, or the layout's folder (dir)
+	dir      bool
+	mode     string
+	uid, gid int // the children's
+	exe      *os.File
+	deadline time.Time
 }
 
 // childIDs returns who the child runs as: this user, or, for root, an
@@ -106,34 +128,78 @@ func openSource(src string) (f *os.File, dir bool, err error) {
 	return os.NewFile(uintptr(fd), src), dir, nil
 }
 
-// unpackOnce runs one child in mode. A *confineError says the child could
-// not confine itself (or start so): nothing was read.
-func unpackOnce(c *cache, in *os.File, dir bool, mode string, uid, gid int, opt Options) (*Unpacked, error) {
-	t, err := c.newTemp(uid, gid)
+// run unpacks the image with children confined in u.mode. A
+// *confineError says a child could not confine itself (or start so):
+// nothing was unpacked.
+func (u *unpack) run() (*Unpacked, error) {
+	p, err := u.resolve()
 	if err != nil {
 		return nil, err
 	}
-	defer c.drop(t)
-	ch, err := startChild(mode, in, dir, t.rootFD, path.Join(c.dir, t.name, entryRoot), uid, gid, opt.Executable)
+	if err := u.checkProposal(p); err != nil {
+		return nil, err
+	}
+	blobs := make([]string, len(p.Layers))
+	for i, l := range p.Layers {
+		blobs[i] = l.Digest
+	}
+	doc, digest := Key(p.Kind, p.Config.Digest, blobs, p.DiffIDs)
+	key := strings.TrimPrefix(digest, "sha256:")
+	found, err := u.c.lookup(key, doc)
 	if err != nil {
 		return nil, err
+	}
+	if found {
+		return &Unpacked{Dir: path.Join(u.c.dir, key, entryRoot), Digest: digest, Cached: true}, nil
+	}
+	t, err := u.c.newTemp(u.uid, u.gid)
+	if err != nil {
+		return nil, err
+	}
+	defer u.c.drop(t)
+	if err := u.unpackLayers(t, p); err != nil {
+		return nil, err
+	}
+	cached, err := u.c.commit(t, key, doc, u.uid, u.gid)
+	if err != nil {
+		return nil, err
+	}
+	return &Unpacked{Dir: path.Join(u.c.dir, key, entryRoot), Digest: digest, Cached: cached}, nil
+}
+
+// resolve runs the resolver, in a scratch entry thrown away after it,
+// and returns what it proposes. Nothing it says is trusted: the proposal
+// is checked (checkProposal) and the blobs it names are read and checked
+// here.
+func (u *unpack) resolve() (message, error) {
+	scratch, err := u.c.newTemp(u.uid, u.gid)
+	if err != nil {
+		return message{}, err
+	}
+	defer u.c.drop(scratch)
+	source := "file"
+	if u.dir {
+		source = "dir"
+	}
+	ch, err := u.start(resolverArg0, phaseResolve, source, scratch)
+	if err != nil {
+		return message{}, err
 	}
 	defer ch.stop()
-	var key, doc string
 	for {
 		m, fd, err := recv(ch.sock)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 		if err != nil {
-			return nil, ch.died(err)
+			return message{}, ch.died(err)
 		}
 		switch m.Op {
 		case "open":
-			if fd >= 0 {
-				unix.Close(fd)
+			if ch.opens++; !u.dir || ch.opens > maxOpens {
+				return message{}, ch.refuse("the image's reader asked for more files than an image's documents")
 			}
-			if ch.opens++; !dir || ch.opens > maxOpens {
-				return nil, fmt.Errorf("the unpack asked for more files than an image has: airlock bug, or the child was taken over")
-			}
-			f, err := openBeneath(in, m.Name)
+			f, err := openBeneath(u.in, m.Name)
 			if err != nil {
 				err = send(ch.sock, message{Op: "error", Error: err.Error()}, -1)
 			} else {
@@ -141,76 +207,188 @@ func unpackOnce(c *cache, in *os.File, dir bool, mode string, uid, gid int, opt 
 				f.Close()
 			}
 			if err != nil {
-				return nil, ch.died(err)
+				return message{}, ch.died(err)
 			}
-			continue
 		case "image":
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			if key != "" {
-				return nil, errors.New("the unpack named its image twice")
-			}
-			if err := checkImage(m); err != nil {
-				return nil, err
-			}
-			var digest string
-			doc, digest = Key(m.Kind, m.Config, m.Layers)
-			key = strings.TrimPrefix(digest, "sha256:")
-			found, err := c.lookup(key, doc)
-			if err != nil || found {
-				_ = send(ch.sock, message{Op: "stop"}, -1)
-				if err != nil {
-					return nil, err
-				}
-				ch.wait()
-				return &Unpacked{Dir: path.Join(c.dir, key, entryRoot), Digest: digest, Cached: true}, nil
-			}
-			if err := send(ch.sock, message{Op: "unpack", Limits: current()}, -1); err != nil {
-				return nil, ch.died(err)
-			}
-			continue
-		case "done":
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			if key == "" {
-				return nil, errors.New("the unpack finished without naming its image")
-			}
-			if err := ch.wait(); err != nil {
-				return nil, err
-			}
-			cached, err := c.commit(t, key, doc, uid, gid)
-			if err != nil {
-				return nil, err
-			}
-			return &Unpacked{Dir: path.Join(c.dir, key, entryRoot), Digest: "sha256:" + key, Cached: cached}, nil
+			// The resolver has nothing more to say: it is ended (stop),
+			// and what it proposed is checked, not its exit.
+			return m, nil
 		case "confine":
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			return nil, &confineError{errors.New(strings.TrimPrefix(m.Error, "confine the unpack: "))}
+			return message{}, &confineError{errors.New(strings.TrimPrefix(m.Error, "confine the unpack: "))}
 		default:
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			if m.Error == "" {
-				m.Error = fmt.Sprintf("unexpected message %q", m.Op)
-			}
-			return nil, errors.New(m.Error)
+			return message{}, ch.said(m)
 		}
 	}
 }
 
-// checkImage checks what the child says the image is.
-func checkImage(m message) error {
-	if m.Kind != KindOCI && m.Kind != KindDocker || !validDigest(m.Config) || len(m.Layers) > MaxLayers {
-		return errors.New("the unpack named its image wrongly: airlock bug, or the child was taken over")
+// checkProposal checks the resolver's proposal p: its fields are well
+// formed and within the bounds, and the config's blob is where p says,
+// of its size and digest.
+func (u *unpack) checkProposal(p message) error {
+	bad := func(what string) error {
+		return fmt.Errorf("the image's reader proposed %s: airlock bug, or the reader was taken over by the image; the image is refused", what)
 	}
-	for _, l := range m.Layers {
-		if !validDigest(l) {
-			return errors.New("the unpack named its image wrongly: airlock bug, or the child was taken over")
+	if p.Kind != KindOCI && p.Kind != KindDocker || u.dir && p.Kind != KindOCI {
+		return bad(fmt.Sprintf("the kind %q", p.Kind))
+	}
+	if p.Config == nil || len(p.Layers) > MaxLayers || len(p.Layers) != len(p.DiffIDs) {
+		return bad("no config, or not one diff_id per layer")
+	}
+	var total int64
+	for i, b := range append([]blob{*p.Config}, p.Layers...) {
+		if !validDigest(b.Digest) || b.Size < 0 || b.Off < 0 {
+			return bad(fmt.Sprintf("the blob %+v", b))
 		}
+		if i > 0 {
+			if !validDigest(p.DiffIDs[i-1]) {
+				return bad(fmt.Sprintf("the diff_id %q", p.DiffIDs[i-1]))
+			}
+			total += b.Size
+		}
+	}
+	if p.Config.Size > maxJSON {
+		return fmt.Errorf("the image's config is %d bytes, over the %d a config may have: the image is refused", p.Config.Size, maxJSON)
+	}
+	if max := maxBlobs(); total > max {
+		return fmt.Errorf("the image's layers are %d bytes, over the %d airlock reads: %s", total, max, tooLarge)
+	}
+	r, err := u.openBlob(*p.Config)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Errorf("the config %s: %w", p.Config.Digest, err)
+	}
+	if int64(len(b)) != p.Config.Size || digestOf(b) != p.Config.Digest {
+		return fmt.Errorf("the config's blob is not %s (%d bytes): the image is damaged or was altered", p.Config.Digest, p.Config.Size)
+	}
+	return nil
+}
+
+// maxBlobs bounds the bytes of all layers' blobs as they are stored:
+// gzip adds a little to what does not compress.
+func maxBlobs() int64 { return maxStream() + maxStream()/64 }
+
+// openBlob opens the bytes of b: a layout's blob by its digest, beneath
+// the folder, of b.Size bytes; or b.Size bytes at b.Off of the archive.
+func (u *unpack) openBlob(b blob) (io.ReadCloser, error) {
+	if !u.dir {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(u.in.Fd()), &st); err != nil {
+			return nil, err
+		}
+		if b.Off > st.Size || b.Size > st.Size-b.Off {
+			return nil, fmt.Errorf("blob %s is said to be past the archive's end: the image is damaged or was altered", b.Digest)
+		}
+		return io.NopCloser(io.NewSectionReader(u.in, b.Off, b.Size)), nil
+	}
+	name, err := blobPath(b.Digest)
+	if err != nil {
+		return nil, err
+	}
+	f, err := openBeneath(u.in, name)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Size != b.Size {
+		f.Close()
+		return nil, fmt.Errorf("blob %s is %d bytes, not the %d its descriptor says: the image is damaged or was altered", b.Digest, st.Size, b.Size)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(f, b.Size), f}, nil
+}
+
+// unpackLayers runs the unpacker into t and streams it the layers' blobs
+// of p, each checked here against its digest as it goes: the unpacker
+// sees those bytes and nothing else, and its done is taken only once
+// every blob it was given was the one the key names.
+func (u *unpack) unpackLayers(t *temp, p message) error {
+	ch, err := u.start(unpackerArg0, phaseUnpack, "stream", t)
+	if err != nil {
+		return err
+	}
+	defer ch.stop()
+	m, fd, err := recv(ch.sock)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	switch {
+	case err != nil:
+		return ch.died(err)
+	case m.Op == "confine":
+		return &confineError{errors.New(strings.TrimPrefix(m.Error, "confine the unpack: "))}
+	case m.Op != "ready":
+		return ch.said(m)
+	}
+	if err := send(ch.sock, message{Op: "unpack", DiffIDs: p.DiffIDs, Limits: current()}, -1); err != nil {
+		return ch.died(err)
+	}
+	for i, l := range p.Layers {
+		if err := u.stream(ch, l); err != nil {
+			return fmt.Errorf("layer %d (%s): %w", i+1, l.Digest, err)
+		}
+	}
+	if err := send(ch.sock, message{Op: "end"}, -1); err != nil {
+		return ch.died(err)
+	}
+	m, fd, err = recv(ch.sock)
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return ch.died(err)
+	}
+	if m.Op != "done" {
+		return ch.said(m)
+	}
+	return ch.wait()
+}
+
+// stream sends the unpacker a pipe and writes the blob b into it,
+// hashing what it writes; a blob that is not b fails the unpack.
+func (u *unpack) stream(ch *child, b blob) error {
+	r, err := u.openBlob(b)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pw.Close()
+	err = send(ch.sock, message{Op: "layer"}, int(pr.Fd()))
+	pr.Close()
+	if err != nil {
+		return ch.died(err)
+	}
+	h := newHashingReader(r)
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := h.Read(buf)
+		if n > 0 {
+			if _, err := pw.Write(buf[:n]); err != nil {
+				return ch.died(err) // the unpacker stopped reading
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return ch.refuse(fmt.Sprintf("read the blob: %v", rerr))
+		}
+	}
+	if h.n != b.Size || h.digest() != b.Digest {
+		return ch.refuse(fmt.Sprintf("the blob is %s (%d bytes), not %s (%d bytes): the image is damaged or was altered", h.digest(), h.n, b.Digest, b.Size))
 	}
 	return nil
 }
@@ -242,18 +420,39 @@ func openBeneath(dir *os.File, name string) (*os.File, error) {
 
 // child is a started unpack child.
 type child struct {
-	cmd    *exec.Cmd
-	sock   int
-	stderr *tail
-	opens  int
-	waited bool
-	err    error // its exit, once waited
+	cmd     *exec.Cmd
+	sock    int
+	stderr  *tail
+	opens   int
+	waited  bool
+	err     error // its exit, once waited
+	timer   *time.Timer
+	expired atomic.Bool // killed at the deadline
 }
 
-// startChild starts the child in mode with the entry's root rootFD (at
-// rootPath, owned by uid, gid) and the image in (an archive's fd, or the
-// folder, which stays here).
-func startChild(mode string, in *os.File, dir bool, rootFD int, rootPath string, uid, gid int, exe *os.File) (*child, error) {
+// start starts a child (argv0, for phase) in u.mode with the entry t's
+// root, and the image's file when source is "file". It is killed at the
+// unpack's deadline.
+func (u *unpack) start(argv0, phase, source string, t *temp) (*child, error) {
+	var in *os.File
+	if source == "file" {
+		in = u.in
+	}
+	ch, err := startChild(argv0, phase, u.mode, in, source, t.rootFD, path.Join(u.c.dir, t.name, entryRoot), u.uid, u.gid, u.exe)
+	if err != nil {
+		return nil, err
+	}
+	ch.timer = time.AfterFunc(time.Until(u.deadline), func() {
+		ch.expired.Store(true)
+		_ = ch.cmd.Process.Kill()
+	})
+	return ch, nil
+}
+
+// startChild starts the child argv0 for phase in mode with the entry's
+// root rootFD (at rootPath, owned by uid, gid) and, for source "file",
+// the archive in.
+func startChild(argv0, phase, mode string, in *os.File, source string, rootFD int, rootPath string, uid, gid int, exe *os.File) (*child, error) {
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("unpack socket: %w", err)
@@ -293,14 +492,13 @@ func startChild(mode string, in *os.File, dir bool, rootFD int, rootPath string,
 	rootFile := os.NewFile(uintptr(root), "root")
 	defer rootFile.Close()
 	files := []*os.File{theirs, rootFile}
-	source := "dir"
-	if !dir {
-		files, source = append(files, in), "file"
+	if source == "file" {
+		files = append(files, in)
 	}
-	argv0, how := "/proc/self/exe", "self"
+	exeArg, how := "/proc/self/exe", "self"
 	if exe != nil {
 		files = append(files, exe)
-		argv0, how = "/proc/self/fd/"+strconv.Itoa(2+len(files)), "fd"
+		exeArg, how = "/proc/self/fd/"+strconv.Itoa(2+len(files)), "fd"
 	}
 	attr := &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL, Setsid: true}
 	switch mode {
@@ -316,7 +514,7 @@ func startChild(mode string, in *os.File, dir bool, rootFD int, rootPath string,
 		}
 	}
 	ch := &child{sock: pair[0], stderr: &tail{max: 4096}}
-	ch.cmd = &exec.Cmd{Path: argv0, Args: []string{childName, mode, source, how, rootArg}, Env: []string{}, ExtraFiles: files,
+	ch.cmd = &exec.Cmd{Path: exeArg, Args: []string{argv0, phase, mode, source, how, rootArg}, Env: []string{}, ExtraFiles: files,
 		SysProcAttr: attr, Stderr: ch.stderr, WaitDelay: time.Second}
 	if err := ch.cmd.Start(); err != nil {
 		unix.Close(pair[0])
@@ -334,19 +532,63 @@ func (ch *child) wait() error {
 		return ch.err
 	}
 	ch.waited = true
-	if err := ch.cmd.Wait(); err != nil {
+	err := ch.cmd.Wait()
+	if ch.timer != nil {
+		ch.timer.Stop()
+	}
+	switch {
+	case ch.expired.Load():
+		ch.err = fmt.Errorf("the unpack ran past its deadline (%v in all) and was stopped: the image is too large or this machine too slow for airlock to unpack it in time; unpack it yourself and give the folder as rootfs", unpackDeadline)
+	case err != nil:
 		ch.err = fmt.Errorf("the unpack exited: %v%s", err, ch.stderr.said())
 	}
 	return ch.err
 }
 
-// died explains a broken conversation with the child by its exit.
+// died explains a broken conversation with the child by what it said
+// last, or its exit.
 func (ch *child) died(err error) error {
 	_ = ch.cmd.Process.Kill()
-	if werr := ch.wait(); werr != nil {
+	werr := ch.wait()
+	if ch.expired.Load() {
 		return werr
 	}
-	return fmt.Errorf("the unpack: %w%s", err, ch.stderr.said())
+	// Its end of the socket is closed now: what it sent is all there.
+	if m, fd, rerr := recv(ch.sock); rerr == nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		if m.Op == "error" || m.Op == "confine" {
+			return errors.New(m.Error)
+		}
+	}
+	if werr != nil {
+		return werr
+	}
+	return fmt.Errorf("the unpack stopped before it was done: %w%s", err, ch.stderr.said())
+}
+
+// said turns a message the caller did not expect now (an error, most
+// likely) into an error; the child is killed.
+func (ch *child) said(m message) error {
+	_ = ch.cmd.Process.Kill()
+	if werr := ch.wait(); ch.expired.Load() {
+		return werr
+	}
+	if m.Op == "error" && m.Error != "" {
+		return errors.New(m.Error)
+	}
+	return ch.refuse(fmt.Sprintf("the unpack sent %q, out of turn", m.Op))
+}
+
+// refuse kills the child and returns why, with its deadline's error if it
+// ran out first.
+func (ch *child) refuse(why string) error {
+	_ = ch.cmd.Process.Kill()
+	if werr := ch.wait(); ch.expired.Load() {
+		return werr
+	}
+	return errors.New(why)
 }
 
 // stop ends the child (killed if it still runs) and closes the socket.

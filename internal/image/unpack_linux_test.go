@@ -22,13 +22,13 @@ import (
 // does and then tries what a taken-over unpack would.
 const probeArg0 = "airlock-image-probe"
 
-// probeChild confines itself in the mode of its argv[1], receives a
-// canary folder (Name) and a listening TCP address (Config) from the
+// probeChild confines itself in the mode of its argv[2], receives a
+// canary folder (Name) and a listening TCP address (Error) from the
 // test, tries to reach them, the host's files, mounts and capabilities,
 // and sends what worked: "what=true|false" for each.
 func probeChild() {
 	runtime.LockOSThread()
-	root, err := confine(os.Args[1], os.Args[4])
+	root, err := confine(os.Args[2], os.Args[5])
 	if err != nil {
 		_ = send(childSock, message{Op: "confine", Error: err.Error()}, -1)
 		os.Exit(1)
@@ -54,7 +54,7 @@ func probeChild() {
 	_, err = os.ReadFile("/etc/passwd")
 	try("read-etc-passwd", err)
 	try("mount", unix.Mount("tmpfs", "/", "tmpfs", 0, ""))
-	c, err := net.DialTimeout("tcp", m.Config, 2*time.Second)
+	c, err := net.DialTimeout("tcp", m.Error, 2*time.Second)
 	if err == nil {
 		c.Close()
 	}
@@ -105,14 +105,12 @@ func TestChildConfinement(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.drop(tmp)
-		childName = probeArg0
-		defer func() { childName = ChildArg0 }()
-		ch, err := startChild(testMode, nil, true, tmp.rootFD, filepath.Join(c.dir, tmp.name, entryRoot), uid, gid, nil)
+		ch, err := startChild(probeArg0, phaseResolve, testMode, nil, "dir", tmp.rootFD, filepath.Join(c.dir, tmp.name, entryRoot), uid, gid, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer ch.stop()
-		if err := send(ch.sock, message{Op: "probe", Name: can.dir, Config: ln.Addr().String()}, -1); err != nil {
+		if err := send(ch.sock, message{Op: "probe", Name: can.dir, Error: ln.Addr().String()}, -1); err != nil {
 			t.Fatal(err)
 		}
 		m, _, err := recv(ch.sock)
