@@ -25,6 +25,14 @@ type Report struct {
 	// audit.MaxExtraKinds further kinds. DenialCounts counts them all.
 	Denials      []Denial     `json:"denials" jsonschema:"the distinct operations refused during the run (at most 66), each naming the grant that would allow it and counting its repeats"`
 	DenialCounts DenialCounts `json:"denial_counts" jsonschema:"every denial of the run, itemized in denials or not"`
+	// EgressErrors lists the granted destinations the egress proxy could
+	// not reach (the name had no address, every address refused or timed
+	// out, or the upstream failed after connecting: TLS, no answer), each
+	// with its reason and how often: at most audit.MaxEgressErrors, in
+	// the order they first happened. They are not denials: the policy
+	// allowed them. EgressErrorsTotal counts them all. Empty when none.
+	EgressErrors      []EgressError `json:"egress_errors,omitempty" jsonschema:"granted destinations the egress proxy could not reach, with the reason (at most 16)"`
+	EgressErrorsTotal int64         `json:"egress_errors_total,omitempty" jsonschema:"every failure to reach a granted destination, itemized in egress_errors or not"`
 	// Error explains exit code 125 (airlock refused or failed; nothing ran)
 	// and 126/127; empty otherwise.
 	Error string `json:"error,omitempty" jsonschema:"why nothing ran (exit codes 125, 126, 127)"`
@@ -43,6 +51,19 @@ type Report struct {
 	// serve and airlock mcp set it to nil in what they return unless the
 	// operator starts them with --agent-advice. Nil when there is none.
 	Operator *Operator `json:"operator,omitempty" jsonschema:"advice for the operator who writes the policy, present only when the operator started airlock mcp with --agent-advice"`
+}
+
+// EgressError is one granted destination the egress proxy could not
+// reach.
+type EgressError struct {
+	// Op says where it failed: resolve_failed (the name had no address),
+	// dial_failed (every checked address refused or timed out) or
+	// upstream_failed (connected, then TLS failed or no answer came).
+	Op     string `json:"op"`
+	Target string `json:"target"` // host:port as the program asked for it
+	// Message is the first failure's reason (cut at 512 bytes).
+	Message string `json:"message"`
+	Count   int64  `json:"count"`
 }
 
 // Operator is the part of a report, or of an error, meant for the operator

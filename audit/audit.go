@@ -40,10 +40,15 @@ const (
 )
 
 // The egress proxy's upstream connections, as Info events on the net
-// layer with DurationMS: the metrics count them by these ops.
+// layer: the metrics count them by these ops (dial events carry
+// DurationMS), and an EgressErrorLog keeps the failures for the report.
+// A failure is not a denial: the policy granted the destination, and the
+// destination (or the way to it) failed.
 const (
-	OpDial       = "dial"        // an allowed destination's connection opened
-	OpDialFailed = "dial_failed" // every checked address refused or timed out
+	OpDial           = "dial"            // an allowed destination's connection opened
+	OpDialFailed     = "dial_failed"     // every checked address refused or timed out
+	OpResolveFailed  = "resolve_failed"  // a granted name had no address
+	OpUpstreamFailed = "upstream_failed" // a connected upstream failed (TLS, no answer)
 )
 
 // Event is one decision. Fields that do not apply are empty.

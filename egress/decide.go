@@ -132,7 +132,7 @@ func (p *Proxy) decideCharged(ctx context.Context, op, host string, port uint16)
 	cancel()
 	if err != nil || len(addrs) == 0 {
 		re := &resolveError{host: n, err: err}
-		p.emit(audit.Event{Kind: audit.Info, Op: op, Target: target, Message: re.Error()})
+		p.emit(audit.Event{Kind: audit.Info, Op: audit.OpResolveFailed, Target: target, Message: re.Error()})
 		return nil, re
 	}
 	for _, a := range addrs {

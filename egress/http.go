@@ -240,6 +240,10 @@ func (p *Proxy) forward(c net.Conn, req *http.Request, raw rawHead, up *upstream
 	}
 	resp, err := up.roundTrip(p, d, scrub != nil, out)
 	if err != nil {
+		if de := (*dialError)(nil); !errors.As(err, &de) {
+			// Connected, then failed: TLS, or no answer.
+			p.emit(audit.Event{Kind: audit.Info, Op: audit.OpUpstreamFailed, Target: d.target, Message: scrub.string(err.Error())})
+		}
 		writeError(c, http.StatusBadGateway, "airlock: "+d.target+" did not answer: "+scrub.string(err.Error()))
 		return false
 	}

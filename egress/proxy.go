@@ -446,8 +446,15 @@ func (p *Proxy) dial(ctx context.Context, d *decision) (net.Conn, error) {
 	err := errors.Join(errs...)
 	p.log.Info("egress: dial", "target", d.target, "err", err)
 	p.emitDial(d, audit.OpDialFailed, err.Error())
-	return nil, err
+	return nil, &dialError{err}
 }
+
+// dialError is a failed dial of every checked address, already audited
+// as an OpDialFailed event.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
 
 // emitDial audits how long the proxy took from its decision (resolution
 // included) to an open upstream connection, or to giving up: the latency

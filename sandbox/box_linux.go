@@ -68,6 +68,7 @@ type box struct {
 	pl    *plan.Plan
 	meter *budget.Meter // the sandbox's own: max_ops, and max_wall from its start
 	rec   audit.DenialLog
+	egr   audit.EgressErrorLog // the proxy's failures to reach granted destinations
 	sink  audit.Sink
 	log   *slog.Logger
 	start time.Time
@@ -165,7 +166,7 @@ func beginBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) *box {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	b.log = b.log.With("run", b.id) // the id of the audit events and the report
-	b.sink = runSink{run: b.id, next: audit.Tee{&b.rec, cfg.Audit}}
+	b.sink = runSink{run: b.id, next: audit.Tee{&b.rec, &b.egr, cfg.Audit}}
 	if pl.Session {
 		// A session lives for its lifetime; max_wall bounds each exec.
 		lifetime, _ := cfg.sessionLifetimes()

@@ -33,6 +33,9 @@ type (
 	DenialCounts = api.DenialCounts
 	// Enforcement says which layers held during the run.
 	Enforcement = api.Enforcement
+	// EgressError is a granted destination the egress proxy could not
+	// reach.
+	EgressError = api.EgressError
 )
 
 // denialsFrom converts a DenialLog's summary to the report's form; the
@@ -64,6 +67,15 @@ func setDenials(r *Report, s audit.Summary) {
 		r.Operator = &Operator{}
 	}
 	r.Operator.Suggestions = append(ops, r.Operator.Suggestions...)
+}
+
+// setEgressErrors fills the report r's egress errors from an
+// EgressErrorLog's summary.
+func setEgressErrors(r *Report, s audit.EgressErrors) {
+	r.EgressErrors, r.EgressErrorsTotal = nil, s.Total
+	for _, f := range s.Failures {
+		r.EgressErrors = append(r.EgressErrors, EgressError{Op: f.Op, Target: f.Target, Message: f.Message, Count: f.Count})
+	}
 }
 
 // addSuggestion appends the suggestion of a halt or denial event to the

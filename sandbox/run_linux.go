@@ -129,6 +129,7 @@ func (b *box) finishRun(rep *Report, start time.Time) {
 	}
 	rep.DurationMS = time.Since(start).Milliseconds()
 	setDenials(rep, b.rec.Take())
+	setEgressErrors(rep, b.egr.Take())
 }
 
 // haltReport marks rep as halted by h (exit 124) and records the halt with

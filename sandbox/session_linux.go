@@ -119,6 +119,7 @@ func (s *Session) Exec(ctx context.Context, req ExecRequest) (*Report, error) {
 	// next exec's report.
 	b.fs.emit(b, false)
 	setDenials(rep, b.rec.Take())
+	setEgressErrors(rep, b.egr.Take())
 	rep.DurationMS = time.Since(start).Milliseconds()
 	// The exec's own usage: the ops charged while it ran (its own and its
 	// background's); CPU and peak memory are its process tree's (wait4),

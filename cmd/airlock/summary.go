@@ -77,6 +77,20 @@ func (s summary) write(w io.Writer) {
 	if n := rep.DenialCounts.Dropped; n > 0 {
 		fmt.Fprintf(w, "airlock: %s %d more times, not itemized (%d denials in all)\n", paint(sgrRed, "denied"), n, rep.DenialCounts.Total)
 	}
+	// Granted destinations that could not be reached: not denials, but
+	// the reason a program saw only "502 Bad Gateway".
+	var itemized int64
+	for _, e := range rep.EgressErrors {
+		times := ""
+		if e.Count > 1 {
+			times = fmt.Sprintf(", %d times", e.Count)
+		}
+		fmt.Fprintf(w, "airlock: %s %s (%s%s): %s\n", paint(sgrYellow, "unreachable"), f(e.Target), f(e.Op), times, f(e.Message))
+		itemized += e.Count
+	}
+	if n := rep.EgressErrorsTotal - itemized; n > 0 {
+		fmt.Fprintf(w, "airlock: %s %d more times, not itemized\n", paint(sgrYellow, "unreachable"), n)
+	}
 	if rep.HaltedBy != nil {
 		line := fmt.Sprintf("airlock: %s by %s after %d ms (exit %d)", paint(sgrYellow, "halted"), f(*rep.HaltedBy), rep.DurationMS, rep.ExitCode)
 		if s.halt != nil && s.halt.Message != "" {

@@ -75,6 +75,13 @@ func sampleReports() []struct {
 			Denials: []sandbox.Denial{{Layer: "fs", Op: "read", Target: "/data/link", Rule: "fs_read", Message: "resolves outside the grant through a symlink",
 				Hint: "use the path the symlink points to", Count: 1}},
 			DenialCounts: sandbox.DenialCounts{Total: 1, ByLayer: map[string]int64{"fs": 1}}}, nil},
+		{"unreachable", &sandbox.Report{ExitCode: 1, DurationMS: 30, Denials: []sandbox.Denial{},
+			Stderr: "urllib.error.HTTPError: HTTP Error 502: Bad Gateway\n",
+			EgressErrors: []sandbox.EgressError{
+				{Op: "resolve_failed", Target: "pypi.example:443", Message: "egress: resolve pypi.example: lookup pypi.example: no such host", Count: 3},
+				{Op: "dial_failed", Target: "api.example:443", Message: "dial tcp 203.0.113.7:443: connect: connection refused", Count: 1},
+			},
+			EgressErrorsTotal: 6, Enforcement: enf}, nil},
 		{"denial-flood", &sandbox.Report{ExitCode: 124, HaltedBy: ptr("max_ops"), DurationMS: 40,
 			Usage: sandbox.Usage{CPUMS: 30, Ops: 10},
 			Denials: []sandbox.Denial{
