@@ -93,6 +93,10 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	dir, err := pf.Cwd(p)
+	if err != nil {
+		return fail("%v", err)
+	}
 	logger, err := cli.NewLoggerFormat(stderr, *logFormat)
 	if err != nil {
 		return fail("%v", err)
@@ -130,7 +134,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		}
 		defer pool.Close()
 	}
-	cfg := mcp.Config{Policy: p, Dir: pf.Cwd(), MaxSessions: *maxSessions, Version: cli.Version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
+	cfg := mcp.Config{Policy: p, Dir: dir, MaxSessions: *maxSessions, Version: cli.Version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
 		IdleTimeout: *idle, ProgressInterval: *progress,
 		Tokens: tokens, InsecureNoAuth: *noAuth, MaxSessionsPerToken: *perToken, MaxClientsPerToken: *perClient,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {

@@ -51,7 +51,12 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	if len(argv) == 0 {
 		argv = []string{"sh"}
 	}
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: pf.Cwd(), CommandIsGranted: true}
+	dir, err := pf.Cwd(p)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: dir, CommandIsGranted: true}
 	pl, err := cmd.Plan()
 	if err == nil && *isolation == sandbox.IsolationLandlock {
 		// The run makes a fresh folder under $TMPDIR; its name is random.

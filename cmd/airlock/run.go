@@ -58,6 +58,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", cli.ErrText(err))
 		return cli.ExitRunFailed
 	}
+	dir, err := pf.Cwd(p)
+	if err != nil {
+		refusalSummary(*summaryFile, err)
+		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", cli.ErrText(err))
+		return cli.ExitRunFailed
+	}
 	var halt haltSink // only the halt, for the summary: a flood of other events must not grow memory
 	sinks := audit.Tee{&halt}
 	var jsonl *audit.JSONL
@@ -86,7 +92,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	restoreTerminal := saveTerminal(int(os.Stdin.Fd()))
 	defer restoreTerminal()
 	// FSAudit is opt-in: it changes a host-wide setting (kernel audit) and costs time per run.
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: *fsAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: pf.Cwd(), CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: *fsAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: dir, CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}
@@ -112,6 +118,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		summary{rep: rep, halt: halt.event(), color: colorFor(stderr, os.Getenv)}.write(stderr)
+	}
+	if rep.ExitCode != 0 {
+		if h := pf.CwdHint(p, argv); h != "" {
+			fmt.Fprintln(stderr, h)
+		}
 	}
 	if jsonl != nil && jsonl.Err() != nil {
 		fmt.Fprintf(stderr, "airlock run: --audit %s: %s: the audit log is incomplete\n", termtext.Field(*auditFile), cli.ErrText(jsonl.Err()))
