@@ -76,7 +76,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in results from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give the agent the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	warmPool := fs.Int("warm-pool", 1, fmt.Sprintf("keep `N` sandbox inits started ahead of need, so that a session's sandbox starts in a few milliseconds (0 to %d; see airlock serve --help)", sandbox.MaxPoolSize))
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}

@@ -120,7 +120,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&downgrades, "allow-downgrade", "accept, for every session, running without `LAYER` where this host lacks it (max_memory, max_pids, ...; repeatable or comma-separated): the operator's choice, beyond any ceiling; each report says what ran without")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	warmPool := fs.Int("warm-pool", 2, fmt.Sprintf("keep `N` sandbox inits started ahead of need, so that a new session starts in a few milliseconds (0 to %d; 0: every session starts cold); each waits in its own namespaces and an empty cgroup, costs about 1.5 MiB, is replaced once taken and after a minute unused, and runs nothing until a session's policy is applied to it", sandbox.MaxPoolSize))
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}

@@ -32,7 +32,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	var pf cli.PolicyFlags
 	pf.Register(fs)
 	isolation := fs.String("isolation", "namespaces", "the backend whose plan to print: namespaces, landlock (no namespaces), or microvm (the plan its guest applies)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}

@@ -37,7 +37,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	auditFile := fs.String("audit", "", "write every audit event (allow, deny, halt, exit) as JSON lines to `FILE` (created or truncated, mode 0600)")
 	summaryFile := fs.String("summary-file", "", "also write the report, cut to 4096 bytes (what was cut is named in its truncated list), as JSON to `FILE`: a Pod's /dev/termination-log")
 	argvFile := fs.String("argv-file", "", "wait until `FILE` holds the command as a JSON array of strings, then run it (a warm Pod of the airlock controller: FILE is a downward-API file the controller fills when it assigns the Pod); no command after --")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}

@@ -64,7 +64,7 @@ func ExportArgs(args []string, target string, stdout, stderr io.Writer) (rest []
 	if len(args) > 0 && args[0] == target {
 		return args[1:], ExitOK, true
 	}
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+	if len(args) > 0 && (IsHelp(args[0]) || args[0] == "help") {
 		fmt.Fprintf(stdout, "usage: %s\n", ExportSynopsis)
 		return nil, ExitOK, false
 	}

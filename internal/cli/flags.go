@@ -166,15 +166,41 @@ func (f *PolicyFlags) Cwd(p *policy.Policy) (string, error) {
 }
 
 // NewFlagSet returns a flag set that reports errors on stderr and prints
-// synopsis and the flags as its usage.
+// synopsis and the flags as its usage. Parse it with Parse, which prints
+// the usage that -h and --help ask for on stdout.
 func NewFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", synopsis)
+		fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// IsHelp reports whether the argument a asks for the usage: -h, -help or
+// --help.
+func IsHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+
+// Parse parses args with fs. For -h or --help it prints fs's usage on
+// stdout (help was asked for, so it is the output) and returns
+// flag.ErrHelp: the command exits 0. For a bad flag it prints the error
+// and the usage on fs's output (stderr) and returns the error.
+func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	usage := fs.Usage
+	fs.Usage = func() {} // printed below, where it belongs
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		out := fs.Output()
+		fs.SetOutput(stdout)
+		fs.Usage()
+		fs.SetOutput(out)
+	case err != nil:
+		fs.Usage()
+	}
+	return err
 }
 
 // ReadPolicyFile reads and validates a policy file named on the command
