@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -82,8 +83,18 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		}
 		return cli.ExitUsage
 	}
+	logger, err := cli.NewLoggerFormat(stderr, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock mcp: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	// With --log-format json every line on stderr is a log record.
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", cli.EscapeArgs(a)...)
+		if *logFormat == "json" {
+			logger.Error(fmt.Sprintf(format, a...))
+		} else {
+			fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", cli.EscapeArgs(a)...)
+		}
 		return cli.ExitFailed
 	}
 	if fs.NArg() > 0 {
@@ -94,10 +105,6 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	dir, err := pf.Cwd(p)
-	if err != nil {
-		return fail("%v", err)
-	}
-	logger, err := cli.NewLoggerFormat(stderr, *logFormat)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -169,7 +176,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail("--insecure-no-auth: %s resolved to %s, which is not a loopback address: listen on 127.0.0.1 or [::1]", *listen, ln.Addr())
 	}
-	fmt.Fprintf(stderr, "airlock mcp: serving MCP (streamable HTTP) on http://%s\n", ln.Addr())
+	cli.Sayer("airlock mcp", *logFormat, stderr, logger)(slog.LevelInfo, fmt.Sprintf("serving MCP (streamable HTTP) on http://%s", ln.Addr()), "url", "http://"+ln.Addr().String())
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
 		<-ctx.Done()
