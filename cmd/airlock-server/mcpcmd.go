@@ -25,10 +25,12 @@ import (
 
 const mcpSynopsis = `airlock mcp [--policy FILE] [flags] [--listen ADDR [--token-file FILE | --insecure-no-auth]]
 
-Serves the MCP tools run, read_file, write_file, list_files and session_info
-to an AI agent. Every tool acts inside one sandbox per MCP session, started
-at the session's first tool call with the policy (the file plus the flags)
-and closed when the session ends.
+Serves the MCP tools run, read_file, write_file, list_files, session_info
+and extend_session to an AI agent. Every tool acts inside one sandbox per MCP
+session, started at the session's first tool call with the policy (the file
+plus the flags) and closed when the session ends: at --session-lifetime
+unless the agent extends it. extend_session {"by": "30m"} moves the end 30
+minutes past the current end, never past --session-max-lifetime.
 
 Without --listen it speaks MCP over stdin/stdout, for one client. With
 --listen it serves streamable HTTP at ADDR and needs a bearer token (at
