@@ -117,7 +117,8 @@ func TestPolicyCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Valid files that fail on this host: what a user's typo does.
-	writeFile(t, dir, "typo.yaml", "version: 1\nfs_read: [./data, ./nodir]\nallowed_tools: [sh, pyhton3]\n")
+	writeFile(t, dir, "notexec", "#!/bin/sh\n") // mode 0644: not executable
+	writeFile(t, dir, "typo.yaml", "version: 1\nfs_read: [./data, ./nodir]\nallowed_tools: [sh, pyhton3, "+filepath.Join(dir, "notexec")+"]\n")
 	if err := os.Symlink("data", filepath.Join(dir, "link")); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestPolicyCheck(t *testing.T) {
 		if r.code != 1 || r.stdout != "" {
 			t.Fatalf("policy check typo.yaml: exit %d, stdout %q; want 1 and nothing\nstderr:\n%s", r.code, r.stdout, r.stderr)
 		}
-		for _, want := range []string{`typo.yaml: host: allowed_tools: "pyhton3" is not an executable file on `, `typo.yaml: host: fs_read "` + filepath.Join(dir, "nodir") + `": no such file or directory`, "--no-host"} {
+		for _, want := range []string{`typo.yaml: host: allowed_tools: "pyhton3" is not an executable file on `, `typo.yaml: host: allowed_tools: "` + filepath.Join(dir, "notexec") + `" is not an executable file`, `typo.yaml: host: fs_read "` + filepath.Join(dir, "nodir") + `": no such file or directory`, "--no-host"} {
 			if !strings.Contains(r.stderr, want) {
 				t.Errorf("policy check typo.yaml: stderr lacks %q:\n%s", want, r.stderr)
 			}
