@@ -22,7 +22,7 @@ capabilities, and is halted when a budget runs out.
 
 examples:
   airlock run -- python3 -c 'print(2+2)'
-  airlock run --fs-read ./data --fs-write ./out -- python3 analyse.py
+  airlock run --fs-read . --fs-write ./out -- python3 analyse.py
   airlock run --policy examples/data-analysis.yaml --json -- python3 analyse.py`
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
