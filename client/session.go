@@ -199,8 +199,8 @@ func (s *Session) Info(ctx context.Context) (*api.SessionInfo, error) {
 	return &info, nil
 }
 
-// Extend moves the session's end to d from now (never closer, never
-// beyond its max_deadline) and returns the session with its new deadline.
+// Extend moves the session's end d past its current end (never beyond its
+// max_deadline) and returns the session with its new deadline.
 func (s *Session) Extend(ctx context.Context, d time.Duration) (*api.SessionInfo, error) {
 	var info api.SessionInfo
 	if err := s.c.doJSON(ctx, "POST", s.path("/extend"), map[string]string{"by": d.String()}, &info); err != nil {

@@ -135,14 +135,30 @@ func TestRunProgress(t *testing.T) {
 func TestExtendSessionTool(t *testing.T) {
 	p := mustPolicy(t, policy.Spec{AllowedTools: []string{"sh"}})
 	cs, _ := connect(t, newServer(t, Config{Policy: p}, (&fakes{}).new))
-	var out ExtendOutput
-	res := call(t, cs, ToolExtend, map[string]any{"seconds": 3600}, &out)
-	if res.IsError || out.Deadline.Before(time.Now().Add(59*time.Minute)) {
-		t.Fatalf("extend: %+v %+v", res, out)
+	// by is added to the current end: on a session with an hour to live
+	// (the fake's, from its start at the first call), 30m gives it an hour
+	// and a half, and a second 30m two hours. The fake counts from the
+	// system clock: the bounds allow for the moments the calls take.
+	before := time.Now()
+	var first, second ExtendOutput
+	if res := call(t, cs, ToolExtend, map[string]any{"by": "30m"}, &first); res.IsError {
+		t.Fatalf("extend by 30m: %+v", res)
 	}
-	for _, bad := range []any{0, -5, 1e12} {
-		if res := call(t, cs, ToolExtend, map[string]any{"seconds": bad}, nil); !res.IsError {
+	if lo, hi := before.Add(90*time.Minute-time.Minute), time.Now().Add(90*time.Minute); first.Deadline.Before(lo) || first.Deadline.After(hi) {
+		t.Fatalf("extend by 30m on a session with an hour left: deadline %v, want between %v and %v", first.Deadline, lo, hi)
+	}
+	if res := call(t, cs, ToolExtend, map[string]any{"by": "30m"}, &second); res.IsError {
+		t.Fatalf("extend by 30m again: %+v", res)
+	}
+	if want := first.Deadline.Add(30 * time.Minute); second.Deadline.Before(want.Add(-time.Minute)) || second.Deadline.After(want.Add(time.Minute)) {
+		t.Fatalf("second extend by 30m: deadline %v, want %v, 30 minutes past the first", second.Deadline, want)
+	}
+	for _, bad := range []any{"0s", "-5m", "soon", "1000h", 3600, ""} {
+		if res := call(t, cs, ToolExtend, map[string]any{"by": bad}, nil); !res.IsError {
 			t.Errorf("extend by %v was accepted", bad)
 		}
+	}
+	if res := call(t, cs, ToolExtend, map[string]any{"seconds": 3600}, nil); !res.IsError {
+		t.Error("extend with seconds was accepted: by is its one argument")
 	}
 }

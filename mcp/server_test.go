@@ -38,7 +38,7 @@ type fakeSession struct {
 	// run, when set, is what Exec does before it answers (with req's
 	// writers), outside mu.
 	run      func(req api.ExecRequest)
-	deadline time.Time // guarded by mu: what Extend moved
+	deadline time.Time // guarded by mu: an hour after the start, then what Extend moved
 }
 
 func (f *fakeSession) Extend(d time.Duration) (time.Time, error) {
@@ -53,9 +53,13 @@ func (f *fakeSession) Extend(d time.Duration) (time.Time, error) {
 	return f.deadline, nil
 }
 
-func (f *fakeSession) ID() string            { return "fake" }
-func (f *fakeSession) Guard() *guard.Guard   { return f.g }
-func (f *fakeSession) Info() api.SessionInfo { return api.SessionInfo{ID: "fake", Workspace: f.ws} }
+func (f *fakeSession) ID() string          { return "fake" }
+func (f *fakeSession) Guard() *guard.Guard { return f.g }
+func (f *fakeSession) Info() api.SessionInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return api.SessionInfo{ID: "fake", Workspace: f.ws, Deadline: f.deadline}
+}
 
 func (f *fakeSession) Exec(ctx context.Context, req api.ExecRequest) (*api.Report, error) {
 	if f.run != nil {
@@ -103,7 +107,7 @@ func (fs *fakes) new(ctx context.Context, p *policy.Policy) (Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &fakeSession{g: g, ws: ws, rep: fs.rep, err: fs.err, run: fs.run, done: make(chan struct{})}
+	f := &fakeSession{g: g, ws: ws, rep: fs.rep, err: fs.err, run: fs.run, done: make(chan struct{}), deadline: time.Now().Add(time.Hour)}
 	fs.mu.Lock()
 	fs.made = append(fs.made, f)
 	fs.mu.Unlock()

@@ -62,18 +62,26 @@ func runInputSchema() *jsonschema.Schema {
 	return sc
 }
 
-const extendDescription = "Keep the sandbox session alive longer: its end moves to `seconds` from now (never beyond max_deadline, which session_info shows). Each run keeps its own deadline (max_wall). Costs no budget."
+const extendDescription = "Keep the sandbox session alive longer: `by` (a duration such as \"30m\") is added to its current end, never beyond max_deadline (session_info shows both). Each run keeps its own deadline (max_wall). Costs no budget."
 
-// extend moves the session's end.
+// extend moves the session's end by in.By past its current end.
 func (s *Server) extend(ctx context.Context, req *sdk.CallToolRequest, in ExtendInput) (*sdk.CallToolResult, ExtendOutput, error) {
-	if !(in.Seconds > 0) || in.Seconds > maxTimeout.Seconds() {
-		return nil, ExtendOutput{}, fmt.Errorf("seconds %v: give how long from now the session should live, more than 0 and at most %v", in.Seconds, maxTimeout.Seconds())
+	by, err := policy.ParseDuration(in.By)
+	if err != nil || by <= 0 || by > maxTimeout {
+		return nil, ExtendOutput{}, fmt.Errorf("by %q: give how much longer the session should live, past its current end: a duration such as \"30m\", more than 0 and at most %v", in.By, maxTimeout)
 	}
 	sess, err := s.sandboxFor(req.Session)
 	if err != nil {
 		return nil, ExtendOutput{}, err
 	}
-	end, err := sess.Extend(time.Duration(in.Seconds * float64(time.Second)))
+	s.extendMu.Lock()
+	defer s.extendMu.Unlock() // one extension at a time: each adds to the end the previous one left
+	now := s.clock.Now()
+	end := sess.Info().Deadline
+	if end.Before(now) {
+		end = now // an end that has passed (or none): the session says whether it still lives
+	}
+	end, err = sess.Extend(end.Add(by).Sub(now))
 	if err != nil {
 		return nil, ExtendOutput{}, s.public(ToolExtend, err)
 	}

@@ -134,7 +134,7 @@ type UsageInfo struct {
 
 // ExtendInput is the arguments of extend_session.
 type ExtendInput struct {
-	Seconds float64 `json:"seconds" jsonschema:"how long from now the session should live; never beyond its max_deadline"`
+	By string `json:"by" jsonschema:"how much longer the session lives, past its current end: a duration such as 30m or 2h; never beyond its max_deadline"`
 }
 
 // ExtendOutput is the result of extend_session.

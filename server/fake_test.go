@@ -44,7 +44,8 @@ type fakeSession struct {
 	closeOnce sync.Once
 
 	mu       sync.Mutex
-	deadline time.Time // guarded by mu; zero: created + 1h
+	deadline time.Time        // guarded by mu; zero: created + 1h
+	now      func() time.Time // the env's clock
 }
 
 // Extend moves the fake's deadline later, as sandbox.Session does.
@@ -56,7 +57,7 @@ func (f *fakeSession) Extend(d time.Duration) (time.Time, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if to := time.Now().Add(d); to.After(f.deadlineLocked()) {
+	if to := f.now().Add(d); to.After(f.deadlineLocked()) {
 		f.deadline = to
 	}
 	return f.deadline, nil
@@ -201,7 +202,7 @@ func (e *env) newSession(ctx context.Context, p *policy.Policy) (server.Session,
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	f := &fakeSession{id: hex.EncodeToString(b[:]), g: g, created: e.clock.Now(), done: make(chan struct{})}
+	f := &fakeSession{id: hex.EncodeToString(b[:]), g: g, created: e.clock.Now(), now: e.clock.Now, done: make(chan struct{})}
 	if ws := p.FSWrite(); len(ws) > 0 {
 		f.workspace = ws[0]
 	}

@@ -480,6 +480,19 @@ func TestExtendSession(t *testing.T) {
 	if e.fake(id).closed() {
 		t.Fatal("an extension did not count as a use of the session")
 	}
+	// by is how much later the session ends, past its current end: on a
+	// session with an hour to live, 30m gives it an hour and a half, and
+	// two extensions add up.
+	var more, evenMore api.SessionInfo
+	for _, step := range []struct {
+		into *api.SessionInfo
+		want time.Time
+	}{{&more, after.Deadline.Add(30 * time.Minute)}, {&evenMore, after.Deadline.Add(time.Hour)}} {
+		resp, body := e.do("POST", "/v1/sessions/"+id+"/extend", tokA, []byte(`{"by":"30m"}`))
+		if err := json.Unmarshal(body, step.into); err != nil || resp.StatusCode != 200 || !step.into.Deadline.Equal(step.want) {
+			t.Fatalf("extend by 30m = %d, deadline %v (%v); want %v, 30 minutes past the end before", resp.StatusCode, step.into.Deadline, err, step.want)
+		}
+	}
 	for bad, code := range map[string]string{`{"by":"soon"}`: "bad_request", `{"by":"-1m"}`: "bad_request", `{}`: "bad_request", `{"by":"1h","x":1}`: "bad_json"} {
 		resp, body := e.do("POST", "/v1/sessions/"+id+"/extend", tokA, []byte(bad))
 		e.wantError(resp, body, 400, code)

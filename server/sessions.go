@@ -299,12 +299,13 @@ func (s *Server) sessionInfo(w http.ResponseWriter, r *http.Request, owner int) 
 
 // extendRequest is the body of POST /v1/sessions/{id}/extend.
 type extendRequest struct {
-	By string `json:"by"` // a Go duration such as "30m": the session's new end, from now
+	By string `json:"by"` // a Go duration such as "30m": how much later the session ends
 }
 
 // extendSession moves a session's end (its lifetime; each exec keeps
-// max_wall), up to the most the server allows from its start, and answers
-// with the session as GET does.
+// max_wall) by the duration asked past its current end, up to the most
+// the server allows from its start, and answers with the session as GET
+// does.
 func (s *Server) extendSession(w http.ResponseWriter, r *http.Request, owner int) {
 	setDeadlines(w, jsonTimeout, jsonTimeout)
 	var req extendRequest
@@ -314,7 +315,7 @@ func (s *Server) extendSession(w http.ResponseWriter, r *http.Request, owner int
 	}
 	d, err := policy.ParseDuration(req.By)
 	if err != nil || d <= 0 {
-		writeError(w, errorf(http.StatusBadRequest, "bad_request", fmt.Sprintf("by %q: give how long from now the session should live, a duration such as \"30m\"", req.By)))
+		writeError(w, errorf(http.StatusBadRequest, "bad_request", fmt.Sprintf("by %q: give how much longer the session should live, past its current end, a duration such as \"30m\"", req.By)))
 		return
 	}
 	e, ae := s.acquire(owner, r.PathValue("id"))
@@ -323,7 +324,7 @@ func (s *Server) extendSession(w http.ResponseWriter, r *http.Request, owner int
 		return
 	}
 	defer s.release(e)
-	if _, err := e.sess.Extend(d); err != nil {
+	if _, err := s.extendBy(e.sess, d); err != nil {
 		writeError(w, errorf(http.StatusGone, "session_ended", "the session has ended: create a new session"))
 		return
 	}
@@ -340,4 +341,20 @@ func (s *Server) destroySession(w http.ResponseWriter, r *http.Request, owner in
 	s.release(e)
 	s.end(e, endDestroyed)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// extendBy moves the session's end by d past its current end, never
+// beyond its maximum lifetime, and returns the end in force. Extensions
+// are serialized, so that two of 30 minutes add an hour. Session.Extend
+// counts from now: the server's clock, which is the sessions' (the system
+// clock unless a test sets Config.Clock).
+func (s *Server) extendBy(sess Session, d time.Duration) (time.Time, error) {
+	s.extendMu.Lock()
+	defer s.extendMu.Unlock()
+	now := s.clock.Now()
+	end := sess.Info().Deadline
+	if end.Before(now) {
+		end = now // an end that has passed (or none): the session says whether it still lives
+	}
+	return sess.Extend(end.Add(d).Sub(now))
 }

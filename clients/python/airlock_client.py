@@ -445,9 +445,9 @@ class Session:
         self.client._json("DELETE", self._file(path))
 
     def extend(self, by: Union[str, int, float]) -> Dict[str, Any]:
-        """Move the session's end to ``by`` from now (a Go duration such as
-        "30m", or seconds), never closer and never beyond its max_deadline;
-        returns the session with its new deadline."""
+        """Move the session's end ``by`` past its current end (a Go duration
+        such as "30m", or seconds), never beyond its max_deadline; returns
+        the session with its new deadline."""
         return self._object_call("POST", self._path("/extend"), {"by": _duration(by, "extend")})
 
     def destroy(self) -> None:

@@ -59,7 +59,7 @@ func cmdController(args []string, stdout, stderr io.Writer) int {
 	workers := fs.Int("workers", controller.DefaultWorkers, "how many Sandboxes are reconciled at once")
 	podSeccomp := fs.String("pod-seccomp", "RuntimeDefault", "the Pods' seccomp `PROFILE`: RuntimeDefault, Unconfined or Localhost/PATH (airlock adds its own filter for the command beneath it; a policy with net_hosts needs a profile that allows pidfd_getfd, which containerd's and Docker's default refuse)")
 	hostNetwork := fs.Bool("pod-host-network", false, "run the Pods in the node's network namespace, for a cluster without a pod network (airlock still refuses every connect but its egress proxy's; the restricted and baseline Pod Security levels refuse such Pods)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.ExitOK
 		}

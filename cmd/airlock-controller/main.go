@@ -31,8 +31,12 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		case "controller":
 			args = args[1:]
 		case "install":
-			return cmdInstall(args[1:], stderr)
+			return cmdInstall(args[1:], stdout, stderr)
 		case "version", "--version":
+			if len(args) > 1 && cli.IsHelp(args[1]) {
+				fmt.Fprintln(stdout, "usage: airlock-controller version\n\nPrints airlock-controller's version.")
+				return cli.ExitOK
+			}
 			fmt.Fprintln(stdout, "airlock-controller", cli.Version)
 			return cli.ExitOK
 		}
@@ -43,7 +47,11 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 // cmdInstall runs `airlock-controller install DIR` in a Pod's init
 // container: airlock and airlock-init from this program's folder, and
 // the policy from the environment, into DIR (controller.Install).
-func cmdInstall(args []string, stderr io.Writer) int {
+func cmdInstall(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && cli.IsHelp(args[0]) {
+		fmt.Fprintf(stdout, "usage: airlock-controller install DIR\n\nCopies airlock and airlock-init from this program's folder, and the policy in $%s, into DIR: what a Sandbox Pod's init container runs.\n", controller.EnvPolicy)
+		return cli.ExitOK
+	}
 	if len(args) != 1 || args[0] == "" || args[0][0] != '/' {
 		fmt.Fprintf(stderr, "airlock-controller install: want one absolute DIR, got %q: this is what the Pods' init container runs (usage: airlock-controller install DIR, the policy in $%s)\n", args, controller.EnvPolicy)
 		return cli.ExitUsage

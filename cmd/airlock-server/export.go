@@ -45,7 +45,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	})
 	rtClass := fs.String("runtime-class", k8s.DefaultRuntimeClass, `runtimeClassName, a RuntimeClass that must exist in the cluster (the Pod is refused otherwise); "" leaves it out (the cluster default, usually runc)`)
 	account := fs.String("service-account", k8s.DefaultServiceAccount, "existing ServiceAccount the Pod and the proxy run as, with no token mounted (every namespace has \"default\")")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.ExitOK // -h and --help print the usage and succeed
 		}

@@ -46,6 +46,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "export":
 		return cmdExport(args[1:], stdout, stderr)
 	case "version", "--version":
+		if len(args) > 1 && cli.IsHelp(args[1]) {
+			fmt.Fprintln(stdout, "usage: airlock-server version\n\nPrints airlock-server's version.")
+			return cli.ExitOK
+		}
 		fmt.Fprintln(stdout, "airlock-server", cli.Version)
 		return cli.ExitOK
 	case "help", "-h", "--help":

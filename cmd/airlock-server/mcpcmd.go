@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -24,10 +25,12 @@ import (
 
 const mcpSynopsis = `airlock mcp [--policy FILE] [flags] [--listen ADDR [--token-file FILE | --insecure-no-auth]]
 
-Serves the MCP tools run, read_file, write_file, list_files and session_info
-to an AI agent. Every tool acts inside one sandbox per MCP session, started
-at the session's first tool call with the policy (the file plus the flags)
-and closed when the session ends.
+Serves the MCP tools run, read_file, write_file, list_files, session_info
+and extend_session to an AI agent. Every tool acts inside one sandbox per MCP
+session, started at the session's first tool call with the policy (the file
+plus the flags) and closed when the session ends: at --session-lifetime
+unless the agent extends it. extend_session {"by": "30m"} moves the end 30
+minutes past the current end, never past --session-max-lifetime.
 
 Without --listen it speaks MCP over stdin/stdout, for one client. With
 --listen it serves streamable HTTP at ADDR and needs a bearer token (at
@@ -76,14 +79,24 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	fsAudit := fs.Bool("fs-audit", false, "itemize filesystem denials in results from Landlock audit records (root, Linux 6.15+; turns the host's audit subsystem on while sessions run)")
 	agentAdvice := fs.Bool("agent-advice", false, "give the agent the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	warmPool := fs.Int("warm-pool", 1, fmt.Sprintf("keep `N` sandbox inits started ahead of need, so that a session's sandbox starts in a few milliseconds (0 to %d; see airlock serve --help)", sandbox.MaxPoolSize))
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
 		return cli.ExitUsage
 	}
+	logger, err := cli.NewLoggerFormat(stderr, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock mcp: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	// With --log-format json every line on stderr is a log record.
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", cli.EscapeArgs(a)...)
+		if *logFormat == "json" {
+			logger.Error(fmt.Sprintf(format, a...))
+		} else {
+			fmt.Fprintf(stderr, "airlock mcp: "+format+"\n", cli.EscapeArgs(a)...)
+		}
 		return cli.ExitFailed
 	}
 	if fs.NArg() > 0 {
@@ -93,7 +106,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	logger, err := cli.NewLoggerFormat(stderr, *logFormat)
+	dir, err := pf.Cwd(p)
 	if err != nil {
 		return fail("%v", err)
 	}
@@ -130,7 +143,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		}
 		defer pool.Close()
 	}
-	cfg := mcp.Config{Policy: p, Dir: pf.Cwd(), MaxSessions: *maxSessions, Version: cli.Version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
+	cfg := mcp.Config{Policy: p, Dir: dir, MaxSessions: *maxSessions, Version: cli.Version, Logger: logger, Audit: sink, AgentAdvice: *agentAdvice,
 		IdleTimeout: *idle, ProgressInterval: *progress,
 		Tokens: tokens, InsecureNoAuth: *noAuth, MaxSessionsPerToken: *perToken, MaxClientsPerToken: *perClient,
 		NewSession: func(ctx context.Context, p *policy.Policy) (mcp.Session, error) {
@@ -165,7 +178,7 @@ func cmdMCP(args []string, stdout, stderr io.Writer) int {
 		ln.Close()
 		return fail("--insecure-no-auth: %s resolved to %s, which is not a loopback address: listen on 127.0.0.1 or [::1]", *listen, ln.Addr())
 	}
-	fmt.Fprintf(stderr, "airlock mcp: serving MCP (streamable HTTP) on http://%s\n", ln.Addr())
+	cli.Sayer("airlock mcp", *logFormat, stderr, logger)(slog.LevelInfo, fmt.Sprintf("serving MCP (streamable HTTP) on http://%s", ln.Addr()), "url", "http://"+ln.Addr().String())
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	go func() {
 		<-ctx.Done()

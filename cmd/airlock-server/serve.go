@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -120,14 +121,26 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&downgrades, "allow-downgrade", "accept, for every session, running without `LAYER` where this host lacks it (max_memory, max_pids, ...; repeatable or comma-separated): the operator's choice, beyond any ceiling; each report says what ran without")
 	agentAdvice := fs.Bool("agent-advice", false, "give clients the operator's advice: the policy change that would allow each denial (default: the audit log only, see above)")
 	warmPool := fs.Int("warm-pool", 2, fmt.Sprintf("keep `N` sandbox inits started ahead of need, so that a new session starts in a few milliseconds (0 to %d; 0: every session starts cold); each waits in its own namespaces and an empty cgroup, costs about 1.5 MiB, is replaced once taken and after a minute unused, and runs nothing until a session's policy is applied to it", sandbox.MaxPoolSize))
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
 		return cli.ExitUsage
 	}
+	log, err := cli.NewLoggerFormat(stderr, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock serve: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	// say prints a line of serve's own: plain text, or with --log-format
+	// json a log record like every other line.
+	say := cli.Sayer("airlock serve", *logFormat, stderr, log)
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "airlock serve: "+format+"\n", cli.EscapeArgs(a)...)
+		if *logFormat == "json" {
+			log.Error(fmt.Sprintf(format, a...))
+		} else {
+			fmt.Fprintf(stderr, "airlock serve: "+format+"\n", cli.EscapeArgs(a)...)
+		}
 		return cli.ExitFailed
 	}
 	if fs.NArg() > 0 {
@@ -227,10 +240,6 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 
-	log, err := cli.NewLoggerFormat(stderr, *logFormat)
-	if err != nil {
-		return fail("%v", err)
-	}
 	log.Info("file descriptors", "nofile", quota.nofile, "api_reserve", quota.reserve, "sessions", quota.sessions, "proxy_conns_per_session", quota.conns)
 	var sink audit.Sink
 	if *auditFile != "" {
@@ -299,7 +308,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		_ = srv.Shutdown(context.Background()) // removes the folder of workspaces; the listen error is the one to report
 		return fail("listen: %v", err)
 	}
-	fmt.Fprintf(stderr, "airlock serve: listening on http://%s\n", ln.Addr())
+	say(slog.LevelInfo, fmt.Sprintf("listening on http://%s", ln.Addr()), "url", "http://"+ln.Addr().String())
 	if metrics != nil {
 		mln, err := net.Listen("tcp", *metricsListen)
 		if err != nil {
@@ -312,7 +321,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 		go func() { _ = ms.Serve(mln) }()
 		defer ms.Close()
-		fmt.Fprintf(stderr, "airlock serve: metrics on http://%s/metrics\n", mln.Addr())
+		say(slog.LevelInfo, fmt.Sprintf("metrics on http://%s/metrics", mln.Addr()), "url", "http://"+mln.Addr().String()+"/metrics")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -327,7 +336,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	case <-ctx.Done():
 	}
 	stop()
-	fmt.Fprintln(stderr, "airlock serve: shutting down: closing every session")
+	say(slog.LevelInfo, "shutting down: closing every session")
 	sctx, cancel := context.WithTimeout(context.Background(), serveShutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -27,7 +27,7 @@ func cmdDoctor(args []string, stdout, stderr io.Writer) int {
 func doctorWith(probes doctor.Probes, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("doctor", doctorSynopsis, stderr)
 	asJSON := fs.Bool("json", false, "print the findings as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}

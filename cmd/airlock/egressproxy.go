@@ -30,13 +30,13 @@ func cmdEgressProxy(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("egress-proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", egressProxySynopsis)
+		fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", egressProxySynopsis)
 		fs.PrintDefaults()
 	}
 	config := fs.String("config", "", "policy `FILE` (YAML or JSON); required")
 	httpAddr := fs.String("http-listen", ":3128", "`ADDR` for the HTTP forward proxy and CONNECT")
 	socksAddr := fs.String("socks-listen", ":1080", "`ADDR` for SOCKS5 (empty disables it)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}

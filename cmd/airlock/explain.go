@@ -32,7 +32,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	var pf cli.PolicyFlags
 	pf.Register(fs)
 	isolation := fs.String("isolation", "namespaces", "the backend whose plan to print: namespaces, landlock (no namespaces), or microvm (the plan its guest applies)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
@@ -51,7 +51,12 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	if len(argv) == 0 {
 		argv = []string{"sh"}
 	}
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: pf.Cwd(), CommandIsGranted: true}
+	dir, err := pf.Cwd(p)
+	if err != nil {
+		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
+		return cli.ExitFailed
+	}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: dir, CommandIsGranted: true}
 	pl, err := cmd.Plan()
 	if err == nil && *isolation == sandbox.IsolationLandlock {
 		// The run makes a fresh folder under $TMPDIR; its name is random.

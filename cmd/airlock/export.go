@@ -28,7 +28,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) int {
 	rootfs := fs.String("bundle-rootfs", "", "the bundle's root `DIR` (default: an empty DIR/rootfs; everything is bound onto it)")
 	hostID := fs.Uint("host-id", oci.DefaultHostID, "unprivileged host uid/gid that root inside maps to; fs_write grants must be writable by it")
 	noInit := fs.Bool("no-init", false, "leave COMMAND as the bundle's pid 1 (no signal forwarding, no reaping, no max_wall): for a caller that does all three itself")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cli.ExitOK // -h and --help print the usage and succeed
 		}

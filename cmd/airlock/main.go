@@ -16,7 +16,7 @@ const usage = `airlock runs code an AI agent wrote so that it touches only what 
 usage:
   airlock run [--policy FILE] [flags] -- COMMAND [ARG]...   run COMMAND in a fresh sandbox
   airlock explain [--policy FILE] [flags] [-- COMMAND...]  print the enforcement plan, layer by layer
-  airlock policy check FILE                                 validate a policy file
+  airlock policy check [--no-host] FILE                     validate a policy file, then check it on this host
   airlock serve [--listen ADDR] [--token-file F]           HTTP API with long-lived sessions
   airlock mcp [--policy FILE] [flags] [--listen ADDR]       MCP server (stdio, or streamable HTTP with --listen)
   airlock export oci|k8s [--policy FILE] [flags] -- CMD...  the same policy as an OCI bundle or Kubernetes manifests
@@ -66,6 +66,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "doctor":
 		return cmdDoctor(args[1:], stdout, stderr)
 	case "version", "--version":
+		if len(args) > 1 && cli.IsHelp(args[1]) {
+			fmt.Fprintln(stdout, "usage: airlock version\n\nPrints airlock's version.")
+			return cli.ExitOK
+		}
 		fmt.Fprintln(stdout, "airlock", cli.Version)
 		return cli.ExitOK
 	case "help", "-h", "--help":

@@ -113,6 +113,16 @@ func TestPolicyCheck(t *testing.T) {
 	// Two problems: an unknown key at 3:1 and a bad duration at 5:13.
 	writeFile(t, dir, "bad.yaml", "version: 1\nfs_read: [./data]\ncolour: blue\nbudget:\n  max_wall: 10 parsecs\n")
 	writeFile(t, dir, "ok.yaml", "version: 1 # grants nothing\nfs_read: [./data]\n")
+	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Valid files that fail on this host: what a user's typo does.
+	writeFile(t, dir, "notexec", "#!/bin/sh\n") // mode 0644: not executable
+	writeFile(t, dir, "typo.yaml", "version: 1\nfs_read: [./data, ./nodir]\nallowed_tools: [sh, pyhton3, "+filepath.Join(dir, "notexec")+"]\n")
+	if err := os.Symlink("data", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "link.yaml", "version: 1\nfs_write: [./link]\n")
 
 	t.Run("invalid", func(t *testing.T) {
 		r := airlock(t, dir, "policy", "check", "bad.yaml")
@@ -152,13 +162,49 @@ func TestPolicyCheck(t *testing.T) {
 		if r.code != 0 || r.stderr != "" {
 			t.Fatalf("policy check ok.yaml: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
 		}
-		if !strings.HasPrefix(r.stdout, "ok.yaml: ") || strings.Count(r.stdout, "\n") != 1 || !strings.HasSuffix(r.stdout, "\n") {
-			t.Errorf("policy check ok.yaml: stdout = %q, want one line starting with \"ok.yaml: \"", r.stdout)
+		lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "ok.yaml: ") || !strings.HasPrefix(lines[1], "ok.yaml: this host: ") {
+			t.Errorf("policy check ok.yaml: stdout = %q, want the file's line and the host's, each starting with \"ok.yaml: \"", r.stdout)
 		}
-		if !strings.Contains(r.stdout, "1 fs_read") {
-			t.Errorf("policy check ok.yaml: summary %q does not count the fs_read grant", r.stdout)
+		if !strings.Contains(r.stdout, "1 fs_read") || !strings.Contains(r.stdout, "host checks") {
+			t.Errorf("policy check ok.yaml: summary %q does not count the fs_read grant or say which checks are the host's", r.stdout)
+		}
+		r = airlock(t, dir, "policy", "check", "--no-host", "ok.yaml")
+		if r.code != 0 || strings.Count(r.stdout, "\n") != 1 || strings.Contains(r.stdout, "this host") {
+			t.Errorf("policy check --no-host ok.yaml: exit %d, stdout %q; want 0 and the file's line only", r.code, r.stdout)
 		}
 	})
+
+	// A misspelled tool and a missing folder: the file is valid, the
+	// host would refuse the run. Each problem is named, host-specific.
+	t.Run("host", func(t *testing.T) {
+		r := airlock(t, dir, "policy", "check", "typo.yaml")
+		if r.code != 1 || r.stdout != "" {
+			t.Fatalf("policy check typo.yaml: exit %d, stdout %q; want 1 and nothing\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		for _, want := range []string{`typo.yaml: host: allowed_tools: "pyhton3" is not an executable file on `, `typo.yaml: host: allowed_tools: "` + filepath.Join(dir, "notexec") + `" is not an executable file`, `typo.yaml: host: fs_read "` + filepath.Join(dir, "nodir") + `": no such file or directory`, "--no-host"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("policy check typo.yaml: stderr lacks %q:\n%s", want, r.stderr)
+			}
+		}
+		if strings.Contains(r.stderr, `"sh"`) || strings.Contains(r.stderr, `"`+filepath.Join(dir, "data")+`"`) {
+			t.Errorf("policy check typo.yaml: stderr names a tool or path that exists:\n%s", r.stderr)
+		}
+		r = airlock(t, dir, "policy", "check", "link.yaml")
+		if r.code != 1 || !strings.Contains(r.stderr, "symlink") || !strings.Contains(r.stderr, "real path") {
+			t.Errorf("policy check link.yaml: exit %d, stderr %q; want 1 and the symlink named", r.code, r.stderr)
+		}
+		if r := airlock(t, dir, "policy", "check", "--no-host", "typo.yaml"); r.code != 0 {
+			t.Errorf("policy check --no-host typo.yaml: exit %d, want 0 (the file is valid)\n%s", r.code, r.stderr)
+		}
+	})
+
+	// --help is a request, not a file name.
+	for _, args := range [][]string{{"policy", "check", "--help"}, {"policy", "check", "-h"}} {
+		if r := airlock(t, dir, args...); r.code != 0 || !strings.Contains(r.stdout, "usage: airlock policy check") {
+			t.Errorf("airlock %q: exit %d, stdout %q, stderr %q; want 0 and the usage", args, r.code, r.stdout, r.stderr)
+		}
+	}
 
 	t.Run("missing", func(t *testing.T) {
 		r := airlock(t, dir, "policy", "check", "nope.yaml")

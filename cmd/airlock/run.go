@@ -22,7 +22,7 @@ capabilities, and is halted when a budget runs out.
 
 examples:
   airlock run -- python3 -c 'print(2+2)'
-  airlock run --fs-read ./data --fs-write ./out -- python3 analyse.py
+  airlock run --fs-read . --fs-write ./out -- python3 analyse.py
   airlock run --policy examples/data-analysis.yaml --json -- python3 analyse.py`
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -37,7 +37,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	auditFile := fs.String("audit", "", "write every audit event (allow, deny, halt, exit) as JSON lines to `FILE` (created or truncated, mode 0600)")
 	summaryFile := fs.String("summary-file", "", "also write the report, cut to 4096 bytes (what was cut is named in its truncated list), as JSON to `FILE`: a Pod's /dev/termination-log")
 	argvFile := fs.String("argv-file", "", "wait until `FILE` holds the command as a JSON array of strings, then run it (a warm Pod of the airlock controller: FILE is a downward-API file the controller fills when it assigns the Pod); no command after --")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h and --help print the usage and succeed
 		}
@@ -53,6 +53,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return cli.ExitRunFailed
 	}
 	p, err := pf.Build()
+	if err != nil {
+		refusalSummary(*summaryFile, err)
+		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", cli.ErrText(err))
+		return cli.ExitRunFailed
+	}
+	dir, err := pf.Cwd(p)
 	if err != nil {
 		refusalSummary(*summaryFile, err)
 		fmt.Fprintf(stderr, "airlock run: %s\nnothing was started\n", cli.ErrText(err))
@@ -86,7 +92,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	restoreTerminal := saveTerminal(int(os.Stdin.Fd()))
 	defer restoreTerminal()
 	// FSAudit is opt-in: it changes a host-wide setting (kernel audit) and costs time per run.
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: *fsAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: pf.Cwd(), CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Audit: sinks, FSAudit: *fsAudit, Isolation: *isolation, Runtime: *rtName}, Args: argv, Dir: dir, CommandIsGranted: true, Stdin: os.Stdin, PTY: *pty}
 	if !*asJSON {
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 	}
@@ -112,6 +118,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		summary{rep: rep, halt: halt.event(), color: colorFor(stderr, os.Getenv)}.write(stderr)
+	}
+	if rep.ExitCode != 0 {
+		if h := pf.CwdHint(p, argv); h != "" {
+			fmt.Fprintln(stderr, h)
+		}
 	}
 	if jsonl != nil && jsonl.Err() != nil {
 		fmt.Fprintf(stderr, "airlock run: --audit %s: %s: the audit log is incomplete\n", termtext.Field(*auditFile), cli.ErrText(jsonl.Err()))

@@ -64,7 +64,7 @@ func ExportArgs(args []string, target string, stdout, stderr io.Writer) (rest []
 	if len(args) > 0 && args[0] == target {
 		return args[1:], ExitOK, true
 	}
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+	if len(args) > 0 && (IsHelp(args[0]) || args[0] == "help") {
 		fmt.Fprintf(stdout, "usage: %s\n", ExportSynopsis)
 		return nil, ExitOK, false
 	}
@@ -106,7 +106,11 @@ func (e *Export) Plan(fs *flag.FlagSet) (*plan.Plan, *policy.Policy, string, err
 		// one to add the credential, so its requests go without it.
 		fmt.Fprintf(e.stderr, "airlock export %s: warning: the policy's %d credentials are not exported: the exported proxy adds none, so requests to %s go without them\n", e.Target, len(cs), cs[0].Host)
 	}
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: fs.Args(), Dir: e.policy.Cwd(), CommandIsGranted: true}
+	wd, err := e.policy.Cwd(p)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: fs.Args(), Dir: wd, CommandIsGranted: true}
 	pl, err := cmd.Plan()
 	if err != nil {
 		return nil, nil, "", err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/pathspec"
 )
 
 // ListFlag collects a repeatable flag.
@@ -49,6 +50,7 @@ type PolicyFlags struct {
 	maxOps, maxPids                  int64
 	cwd                              string
 	rootfs                           string
+	wd                               string // the process's working folder, read by Build
 }
 
 // Register adds the policy flags to fs.
@@ -73,7 +75,7 @@ func (f *PolicyFlags) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.maxOps, "max-ops", 0, "boundary crossings (egress requests, execs, tool calls)")
 	fs.Int64Var(&f.maxPids, "max-pids", 0, "processes and threads at once")
 	fs.StringVar(&f.rootfs, "rootfs", "", "run in the environment whose root filesystem is `DIR` (e.g. made by debootstrap): its system base and tools stand in for the host's (namespaces isolation only)")
-	fs.StringVar(&f.cwd, "cwd", "", "working `DIR` inside the sandbox (default: the first fs_write grant, else /tmp)")
+	fs.StringVar(&f.cwd, "cwd", "", "working `DIR` inside the sandbox, relative to the current folder like every path (default: the current folder when a grant covers it, else the first fs_write grant, else /tmp)")
 }
 
 // Build reads the policy file (if any) and applies the flags on top.
@@ -128,23 +130,77 @@ func (f *PolicyFlags) Build() (*policy.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return p.With(o, wd)
+	if f.wd, err = pathspec.Abs(wd, "."); err != nil {
+		return nil, fmt.Errorf("the current folder %q: %w", wd, err)
+	}
+	return p.With(o, f.wd)
 }
 
-// Cwd is the working folder inside the sandbox that --cwd named; "" for
-// the default.
-func (f *PolicyFlags) Cwd() string { return f.cwd }
+// Cwd returns the working folder inside the sandbox for the policy p that
+// Build returned. A relative --cwd resolves against the current folder like
+// every path on the command line; an absolute one is a folder as the
+// sandbox sees it. Without --cwd it is the current folder when p grants it
+// (fs_read or fs_write, not hidden by fs_deny), as a command started with
+// a relative path expects; else "", the library's default (the first
+// fs_write grant, else /tmp). A host folder below a placed grant is named
+// at its place. Cwd does not check that a --cwd outside the grants is
+// allowed: the sandbox refuses it.
+func (f *PolicyFlags) Cwd(p *policy.Policy) (string, error) {
+	if f.cwd != "" {
+		if f.wd == "" {
+			return "", errors.New("--cwd: the current folder is unknown: call Build first")
+		}
+		if strings.HasPrefix(f.cwd, "/") {
+			return f.cwd, nil
+		}
+		c, err := pathspec.Abs(f.wd, f.cwd)
+		if err != nil {
+			return "", fmt.Errorf("--cwd %q: %w", f.cwd, err)
+		}
+		return p.Inside(c), nil
+	}
+	if f.wd != "" && p.CanRead(f.wd) {
+		return p.Inside(f.wd), nil
+	}
+	return "", nil
+}
 
 // NewFlagSet returns a flag set that reports errors on stderr and prints
-// synopsis and the flags as its usage.
+// synopsis and the flags as its usage. Parse it with Parse, which prints
+// the usage that -h and --help ask for on stdout.
 func NewFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s\n\nflags:\n", synopsis)
+		fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// IsHelp reports whether the argument a asks for the usage: -h, -help or
+// --help.
+func IsHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+
+// Parse parses args with fs. For -h or --help it prints fs's usage on
+// stdout (help was asked for, so it is the output) and returns
+// flag.ErrHelp: the command exits 0. For a bad flag it prints the error
+// and the usage on fs's output (stderr) and returns the error.
+func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	usage := fs.Usage
+	fs.Usage = func() {} // printed below, where it belongs
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		out := fs.Output()
+		fs.SetOutput(stdout)
+		fs.Usage()
+		fs.SetOutput(out)
+	case err != nil:
+		fs.Usage()
+	}
+	return err
 }
 
 // ReadPolicyFile reads and validates a policy file named on the command

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding"
 	"encoding/json"
 	"fmt"
@@ -119,4 +120,19 @@ func boundAttr(_ []string, a slog.Attr) slog.Attr {
 	}
 	a.Value = slog.StringValue(termtext.Truncate(s, termtext.FieldMax))
 	return a
+}
+
+// Sayer returns how a server command (serve, mcp) prints a line of its own
+// (listening, shutting down, a failure): "NAME: message" in the text
+// format, and a record of log, the level and attrs included, in the json
+// format, so that with --log-format json every line on stderr is JSON.
+// The message is escaped for the terminal either way.
+func Sayer(name, format string, w io.Writer, log *slog.Logger) func(level slog.Level, msg string, attrs ...any) {
+	return func(level slog.Level, msg string, attrs ...any) {
+		if format == "json" {
+			log.Log(context.Background(), level, msg, attrs...)
+			return
+		}
+		fmt.Fprintf(w, "%s: %s\n", name, termtext.Escape(msg, termtext.LineMax))
+	}
 }
