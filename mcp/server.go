@@ -119,8 +119,6 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelFunc
 
-	extendMu sync.Mutex // serializes extend_session: see extend
-
 	mu        sync.Mutex
 	slots     map[*sdk.ServerSession]*slot // guarded by mu
 	starting  int                          // sandboxes being started, guarded by mu

@@ -47,9 +47,11 @@ func (f *fakeSession) Extend(d time.Duration) (time.Time, error) {
 	if f.closed {
 		return time.Time{}, api.ErrSessionClosed
 	}
-	if to := time.Now().Add(d); to.After(f.deadline) {
-		f.deadline = to
+	from := f.deadline
+	if now := time.Now(); from.Before(now) {
+		from = now
 	}
+	f.deadline = from.Add(d)
 	return f.deadline, nil
 }
 

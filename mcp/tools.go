@@ -74,14 +74,7 @@ func (s *Server) extend(ctx context.Context, req *sdk.CallToolRequest, in Extend
 	if err != nil {
 		return nil, ExtendOutput{}, err
 	}
-	s.extendMu.Lock()
-	defer s.extendMu.Unlock() // one extension at a time: each adds to the end the previous one left
-	now := s.clock.Now()
-	end := sess.Info().Deadline
-	if end.Before(now) {
-		end = now // an end that has passed (or none): the session says whether it still lives
-	}
-	end, err = sess.Extend(end.Add(by).Sub(now))
+	end, err := sess.Extend(by) // past the current end: two of 30m add an hour
 	if err != nil {
 		return nil, ExtendOutput{}, s.public(ToolExtend, err)
 	}

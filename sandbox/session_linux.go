@@ -192,26 +192,23 @@ func (s *Session) Guard() *guard.Guard {
 	return s.guard
 }
 
-// Extend moves the session's end to d from now, when that is later than
-// its end now, and never beyond SessionMaxLifetime from its start; it
-// returns the end in force. It fails once the session has ended.
+// Extend moves the session's end d past its current end (past now, if
+// that has passed), never beyond SessionMaxLifetime from its start; it
+// returns the end in force. Calls add up: two of 30 minutes add an hour.
+// It fails once the session has ended. The HTTP API's extend, MCP's
+// extend_session and the clients mean the same.
 func (s *Session) Extend(d time.Duration) (time.Time, error) {
 	b := s.b
 	if d <= 0 {
 		return b.meter.Deadline(), fmt.Errorf("sandbox: extend by %v: give a positive duration", d)
 	}
 	_, maxLifetime := b.cfg.sessionLifetimes()
-	to := time.Now().Add(d)
-	limit := s.created.Add(maxLifetime)
-	if to.After(limit) {
-		to = limit
-	}
 	select {
 	case <-b.done:
 		return b.meter.Deadline(), ErrSessionClosed
 	default:
 	}
-	end, err := b.meter.Extend(to)
+	end, err := b.meter.ExtendBy(d, s.created.Add(maxLifetime))
 	if err != nil {
 		return end, ErrSessionClosed
 	}

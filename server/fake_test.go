@@ -57,9 +57,11 @@ func (f *fakeSession) Extend(d time.Duration) (time.Time, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if to := f.now().Add(d); to.After(f.deadlineLocked()) {
-		f.deadline = to
+	from := f.deadlineLocked()
+	if now := f.now(); from.Before(now) {
+		from = now
 	}
+	f.deadline = from.Add(d)
 	return f.deadline, nil
 }
 

@@ -158,7 +158,6 @@ type Server struct {
 	baseCtx   context.Context   // sessions live at most as long as it
 	cancel    context.CancelFunc
 	sessionWG sync.WaitGroup // watchers of live sessions
-	extendMu  sync.Mutex     // one extension at a time: each adds to the end the previous one left
 
 	mu       sync.Mutex
 	sessions map[string]*entry // guarded by mu; live sessions by id

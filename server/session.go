@@ -29,9 +29,10 @@ type Session interface {
 	// Info describes the session; the server fills in IdleDeadline.
 	Info() api.SessionInfo
 
-	// Extend moves the session's end to d from now, never closer and
-	// never beyond its maximum lifetime, and returns the end in force; it
-	// fails with an error matching api.ErrSessionClosed once it ended.
+	// Extend moves the session's end d past its current end (past now,
+	// if that has passed), never beyond its maximum lifetime, and returns
+	// the end in force; two calls of 30 minutes add an hour. It fails with
+	// an error matching api.ErrSessionClosed once it ended.
 	Extend(d time.Duration) (time.Time, error)
 
 	// Done is closed when the session has ended, by Close, its deadline or

@@ -182,6 +182,30 @@ func (m *Meter) Extend(to time.Time) (time.Time, error) {
 	return m.deadline, nil
 }
 
+// ExtendBy moves the deadline d past the deadline in force (past now,
+// when that has already passed), never beyond limit, in one step: two
+// calls of 30 minutes add an hour. It returns the deadline in force, or an
+// *ExhaustedError when the meter has already halted.
+func (m *Meter) ExtendBy(d time.Duration, limit time.Time) (time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(); err != nil {
+		return m.deadline, err
+	}
+	from := m.deadline
+	if now := m.clock.Now(); from.Before(now) {
+		from = now
+	}
+	to := from.Add(d)
+	if to.After(limit) {
+		to = limit
+	}
+	if to.After(m.deadline) {
+		m.deadline = to
+	}
+	return m.deadline, nil
+}
+
 // Limits returns the meter's limits.
 func (m *Meter) Limits() Limits { return m.limits }
 
