@@ -550,3 +550,41 @@ func TestHelpExitsZero(t *testing.T) {
 		t.Error("a bad flag exited 0")
 	}
 }
+
+// TestEverySubcommandHelp walks the commands airlock's own usage lists
+// (so a new command is covered without editing this test) and asks each
+// for -h and --help: the usage on stdout, exit 0, nothing run.
+func TestEverySubcommandHelp(t *testing.T) {
+	dir := t.TempDir()
+	top := airlock(t, dir, "--help")
+	if top.code != 0 {
+		t.Fatalf("airlock --help: exit %d", top.code)
+	}
+	var cmds [][]string
+	for _, line := range strings.Split(top.stdout, "\n") {
+		f := strings.Fields(line)
+		if !strings.HasPrefix(line, "  airlock ") || len(f) < 2 {
+			continue // the usage's lines, not its prose
+		}
+		switch {
+		case f[1] == "policy":
+			cmds = append(cmds, []string{"policy", "check"})
+		case f[1] == "export":
+			cmds = append(cmds, []string{"export", "oci"}, []string{"export", "k8s"})
+		default:
+			cmds = append(cmds, []string{f[1]})
+		}
+	}
+	if len(cmds) < 10 {
+		t.Fatalf("found %d commands in airlock's usage, want every one:\n%s", len(cmds), top.stdout)
+	}
+	for _, c := range cmds {
+		for _, h := range []string{"-h", "--help"} {
+			args := append(append([]string{}, c...), h)
+			r := airlock(t, dir, args...)
+			if r.code != 0 || !strings.Contains(strings.ToLower(r.stdout), "usage") {
+				t.Errorf("airlock %s: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+			}
+		}
+	}
+}
