@@ -425,7 +425,7 @@ func haltReason(l budget.Limit) string {
 // hide (the report's enforcement.weaker).
 var weaker = map[policy.Downgrade]string{
 	policy.DowngradeLandlock:     "landlock: no Landlock: files outside the grants are absent (mount namespace), but nothing refuses a path inside the sandbox's root beyond its mount flags, and signals and abstract sockets are not scoped",
-	policy.DowngradeMemory:       "max_memory: no memory cgroup: RLIMIT_AS bounds each process's address space, not the sandbox's memory as a whole",
+	policy.DowngradeMemory:       "max_memory: no memory cgroup: nothing bounds the sandbox's memory but the host's own (an RLIMIT_AS would bind airlock's init too, whose limits the command inherits): a run can take what the host has until its OOM killer acts",
 	policy.DowngradePids:         "max_pids: no pids cgroup: RLIMIT_NPROC bounds the processes of the sandbox's user, not exactly its process tree",
 	policy.DowngradeCPU:          "max_cpu: no cpu cgroup: RLIMIT_CPU bounds each process's CPU time, not the tree's",
 	policy.DowngradeStagedWrites: "staged_writes: fs_write folders are written in place (this backend does not stage them): max_write is not enforced, and the protected paths inside them (git hooks and config, shell rc files, editor and CI configuration) are writable: check them before you use git or a shell there",

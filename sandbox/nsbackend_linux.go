@@ -109,6 +109,17 @@ func (b *box) openStageAndLimits(backend string, newLim func() (*limits, error))
 		b.stage.close()
 		return err
 	}
+	if rl := downgradeRlimits(b.pl.Limits, b.lim.downgrades); len(rl) > 0 {
+		pl, err := copyPlan(b.pl) // b.pl may be shared with other runs
+		if err != nil {
+			b.lim.finish(b)
+			b.lim = nil
+			b.stage.close()
+			return err
+		}
+		pl.Rlimits = append(pl.Rlimits, rl...)
+		b.pl = pl
+	}
 	b.enf.Backend = backend
 	b.noteEnvironment()
 	for _, d := range b.lim.downgrades {

@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/airtest"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -38,6 +41,8 @@ type weakerGroup struct {
 var weakerGroups = []weakerGroup{
 	{"TestUnsharedWeakerLinesHold", sandbox.BackendLandlock, []string{"files:", "processes:", "network:", "tools:", "/tmp:", "hostname and IPC:", "metadata:", "staged_writes:",
 		"uid: no user namespace: the sandbox runs as"}},
+	{"TestWeakerLandlockAsUser", sandbox.BackendLandlock, []string{"namespaces: user namespaces cannot be created here (ENOSPC", "uid: no user namespace: the sandbox runs as airlock's own uid",
+		"max_memory:", "max_pids:", "max_cpu:"}},
 	{"TestWeakerGVisor", "oci/runsc", []string{"gvisor: fs_write grants", "gvisor: max_pids and max_memory", "gvisor: a session exec's timeout", "gvisor: filesystem denials",
 		"gvisor: /dev and /dev/shm", "gvisor: the workload's syscalls", "staged_writes:"}},
 	{"TestWeakerMicroVM", sandbox.BackendMicroVM, []string{"microvm: the guest has no network device", "microvm: max_cpu counts", "microvm: filesystem denials", "microvm: software emulation",
@@ -204,7 +209,7 @@ func checkInPlace(f inPlaceFacts, rep *sandbox.Report, w, line string) error {
 	conf, _ := os.ReadFile(filepath.Join(w, ".git/config"))
 	_, hookErr := os.Lstat(filepath.Join(w, ".git/hooks/pre-commit"))
 	if f.Big != "ok" || big == nil || big.Size() != 2<<20 || (rep.HaltedBy != nil && *rep.HaltedBy == string(budget.MaxWrite)) {
-		return fmt.Errorf("max_write is enforced: writing 2 MiB past max_write 1 MiB: %s, on the host %v, halted by %v", f.Big, big, rep.HaltedBy)
+		return fmt.Errorf("max_write is enforced: writing 2 MiB past max_write 1 MiB: %s, on the host %v, halted by %s", f.Big, big, haltedBy(rep))
 	}
 	if f.NewRC != "ok" || len(rc) != 10 {
 		return fmt.Errorf("a new protected path (.bashrc) was not created on the host: %s, %q", f.NewRC, rc)
@@ -425,8 +430,8 @@ func TestWeakerGVisor(t *testing.T) {
 		"gvisor: a session exec's timeout": func(string) error {
 			return expect(timedOut.HaltedBy != nil && afterTimeout.ExitCode == 0 && strings.Contains(afterTimeout.Stdout, "sleep\x001111") &&
 				!strings.Contains(afterTimeout.Stdout, "sleep\x002222") && len(leftAfterClose) == 0,
-				"exec past its timeout halted by %v; the next exec lists %q (want the background sleep 1111 alive and the main sleep 2222 gone); runsc processes left after the session closed: %v",
-				timedOut.HaltedBy, afterTimeout.Stdout, leftAfterClose)
+				"exec past its timeout halted by %s; the next exec lists %q (want the background sleep 1111 alive and the main sleep 2222 gone); runsc processes left after the session closed: %v",
+				haltedBy(timedOut), afterTimeout.Stdout, leftAfterClose)
 		},
 		"gvisor: filesystem denials": func(string) error {
 			return expect(f.Secret != "ok" && rep.DenialCounts.ByLayer["fs"] == 0,
@@ -436,8 +441,8 @@ func TestWeakerGVisor(t *testing.T) {
 			// The runtime's cgroup kills the sandbox (the OCI backends do not
 			// tell that kill from another: halted_by stays null).
 			return expect(f.Shm == "ok" && f.DevFile == "ok" && shmTotal >= 32<<20 && shmTotal < memMax+128<<20 && rep.ExitCode != 0 && (rep.HaltedBy == nil || *rep.HaltedBy != string(budget.MaxScratch)),
-				"8 MiB in /dev/shm past max_scratch 1 MiB: %s, a new file in /dev: %s; filling /dev/shm stopped at %d MiB (want past max_scratch, below max_memory + 128 MiB = %d MiB) by %q, halted by %v, exit %d signal %v, error %q, stderr %.300q",
-				f.Shm, f.DevFile, shmTotal>>20, (memMax+128<<20)>>20, shmErr, rep.HaltedBy, rep.ExitCode, rep.Signal, rep.Error, rep.Stderr)
+				"8 MiB in /dev/shm past max_scratch 1 MiB: %s, a new file in /dev: %s; filling /dev/shm stopped at %d MiB (want past max_scratch, below max_memory + 128 MiB = %d MiB) by %q, halted by %s, exit %d signal %v, error %q, stderr %.300q",
+				f.Shm, f.DevFile, shmTotal>>20, (memMax+128<<20)>>20, shmErr, haltedBy(rep), rep.ExitCode, rep.Signal, rep.Error, rep.Stderr)
 		},
 		"gvisor: the workload's syscalls": func(string) error {
 			return expect(f.Release != strings.TrimSpace(string(hostRelease)) && f.Memfd == "ok" && f.Ptrace == "ok" && !rep.Enforcement.Seccomp && sentryFiltered,
@@ -452,7 +457,7 @@ W, SECRET, HOSTIP, PORT, URL = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.ar
 f = {}
 ` + inPlaceProbe + `
 f["Secret"] = err(lambda: open(SECRET).read())
-f["Net"] = sorted(os.listdir("/sys/class/net"))
+f["Net"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:])
 def connect(host):
     socket.create_connection((host, PORT), timeout=3).close()
 f["DirectLoopback"] = err(lambda: connect("127.0.0.1"))
@@ -521,16 +526,16 @@ func TestWeakerMicroVM(t *testing.T) {
 	readBack(t, "TestWeakerMicroVM", rep.Enforcement.Weaker, map[string]func(string) error{
 		"staged_writes:": func(line string) error { return checkInPlace(f.inPlaceFacts, rep, tr.out, line) },
 		"microvm: the guest has no network device": func(string) error {
-			return expect(slices.Equal(f.Net, []string{"lo"}) && f.DirectLoopback != "ok" && f.DirectHost != "ok" && directHits.Load() == 0 &&
+			return expect(slices.Equal(f.Net, []string{"lo"}) && strings.Contains(qemuArgs, " -nic none ") && !strings.Contains(qemuArgs, "netdev") && !strings.Contains(qemuArgs, "-net ") && f.DirectLoopback != "ok" && f.DirectHost != "ok" && directHits.Load() == 0 &&
 				strings.Contains(f.Proxy, "127.0.0.1") && f.Fetched == "through the proxy" && hits.Load() > 0 && rep.Enforcement.Egress == sandbox.EgressProxy,
-				"network devices %q; a direct connect to the guest's loopback %s and to the host's %s:%d %s (the listener got %d); HTTP_PROXY and ALL_PROXY %q; the granted host through them: %q; egress %q",
-				f.Net, f.DirectLoopback, hostIP, ln.Addr().(*net.TCPAddr).Port, f.DirectHost, directHits.Load(), f.Proxy, f.Fetched, rep.Enforcement.Egress)
+				"QEMU ran %q; network devices in the sandbox %q; a direct connect to the guest's loopback %s and to the host's %s:%d %s (the listener got %d); HTTP_PROXY and ALL_PROXY %q; the granted host through them: %q; egress %q",
+				qemuArgs, f.Net, f.DirectLoopback, hostIP, ln.Addr().(*net.TCPAddr).Port, f.DirectHost, directHits.Load(), f.Proxy, f.Fetched, rep.Enforcement.Egress)
 		},
 		"microvm: max_cpu counts": func(string) error {
 			halted := rep.HaltedBy != nil && *rep.HaltedBy == string(budget.MaxMemory) && !strings.Contains(rep.Stdout, "allocated")
-			return expect(rep.Usage.CPUMS > 10*f.OwnCPUMS+500 && mem[strconv.Itoa(guestRAM+256<<20)] && f.MemTotalKiB<<10 <= guestRAM && f.MemTotalKiB<<10 > memMax && halted,
-				"the report's cpu %d ms, the command's own %d ms (want the VM's: far more); the host cgroups' memory limits %v (want the guest's RAM %d MiB + 256 MiB); the guest's MemTotal %d MiB (want at most max_memory + 128 MiB = %d MiB); 160 MiB in the guest under max_memory %d MiB: halted by %v, stdout %q",
-				rep.Usage.CPUMS, f.OwnCPUMS, mem, guestRAM>>20, f.MemTotalKiB>>10, guestRAM>>20, memMax>>20, rep.HaltedBy, rep.Stdout)
+			return expect(rep.Usage.CPUMS > 2*f.OwnCPUMS+1000 && mem[strconv.Itoa(guestRAM+256<<20)] && f.MemTotalKiB<<10 <= guestRAM && f.MemTotalKiB<<10 > memMax && halted,
+				"the report's cpu %d ms, the command's own %d ms (want the VM's: more than twice the command's and a second); the host cgroups' memory limits %v (want the guest's RAM %d MiB + 256 MiB); the guest's MemTotal %d MiB (want at most max_memory + 128 MiB = %d MiB); 160 MiB in the guest under max_memory %d MiB: halted by %s, stdout %q",
+				rep.Usage.CPUMS, f.OwnCPUMS, mem, guestRAM>>20, f.MemTotalKiB>>10, guestRAM>>20, memMax>>20, haltedBy(rep), rep.Stdout)
 		},
 		"microvm: filesystem denials": func(string) error {
 			return expect(f.Secret != "ok" && rep.DenialCounts.ByLayer["fs"] == 0,
@@ -557,4 +562,229 @@ func hostAddress(t *testing.T) string {
 	}
 	t.Skip("this host has no address but loopback")
 	return ""
+}
+
+// limitsProbe checks the rlimits that stand in for cgroups: two children
+// hold 0.6 max_memory each at once and one asks for 2 max_memory; children
+// are forked until a fork fails (at most 4 max_pids); two children burn 0.7
+// max_cpu each and one 3 max_cpu. Its arguments are max_memory in bytes,
+// max_pids and max_cpu in seconds, after the probe's own.
+const limitsProbe = `
+import resource, signal
+MEM, PIDS, CPU = int(sys.argv[-3]), int(sys.argv[-2]), float(sys.argv[-1])
+f["AS"] = resource.getrlimit(resource.RLIMIT_AS)[0]
+f["NPROC"] = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+f["CPU"] = resource.getrlimit(resource.RLIMIT_CPU)[0]
+def children(n, fn):
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r); os.close(go_w)
+            try:
+                fn()
+                os.write(ready_w, b"x")
+                os.close(ready_w)
+                os.read(go_r, 1)
+                os._exit(0)
+            except MemoryError:
+                os._exit(3)
+            except BaseException:
+                os._exit(4)
+        pids.append(pid)
+    os.close(ready_w); os.close(go_r)
+    ready = 0
+    while os.read(ready_r, 1):
+        ready += 1
+    os.close(go_w); os.close(ready_r)
+    return ready, [os.waitpid(p, 0)[1] for p in pids]
+def hold(n):
+    def fn():
+        b = bytearray(n)
+        for i in range(0, n, 4096):
+            b[i] = 1
+    return fn
+f["MemBoth"], _ = children(2, hold(int(MEM * 0.6)))
+f["MemBig"] = children(1, hold(2 * MEM))[1][0] >> 8
+def burn(s):
+    def fn():
+        while True:
+            t = os.times()
+            if t.user + t.system >= s:
+                return
+            for _ in range(100000):
+                pass
+    return fn
+f["CPUBoth"], st = children(2, burn(0.7 * CPU))
+f["CPUBig"] = children(1, burn(3 * CPU))[1][0] & 0x7f
+go_r, go_w = os.pipe()
+forked, f["ForkErr"] = 0, "none"
+kids = []
+try:
+    while forked < 4 * PIDS:
+        pid = os.fork()
+        if pid == 0:
+            os.close(go_w)
+            os.read(go_r, 1)
+            os._exit(0)
+        kids.append(pid)
+        forked += 1
+except OSError as e:
+    f["ForkErr"] = errno.errorcode.get(e.errno, str(e.errno))
+os.close(go_w)
+for p in kids:
+    os.waitpid(p, 0)
+f["Forked"] = forked
+`
+
+// limitsFacts is what limitsProbe saw.
+type limitsFacts struct {
+	AS, NPROC, CPU  int64
+	MemBoth, MemBig int
+	CPUBoth, CPUBig int
+	Forked          int
+	ForkErr         string
+}
+
+// limitsChecks reads back the budget's downgrade lines from limitsProbe's
+// facts, for a run with these limits.
+func limitsChecks(f *limitsFacts, rep *sandbox.Report, mem int64, pids int, cpu time.Duration) map[string]func(string) error {
+	notHalted := func(l budget.Limit) bool { return rep.HaltedBy == nil || *rep.HaltedBy != string(l) }
+	return map[string]func(string) error{
+		"max_memory:": func(string) error {
+			return expect(f.AS == -1 && f.MemBoth == 2 && f.MemBig == 0 && notHalted(budget.MaxMemory),
+				"RLIMIT_AS %d (want none); two processes holding 0.6 max_memory (%d) each at once: %d did (want 2); one taking 2 max_memory: exit %d (want 0: nothing bounds it); halted by %s",
+				f.AS, mem, f.MemBoth, f.MemBig, haltedBy(rep))
+		},
+		"max_pids:": func(string) error {
+			return expect(f.NPROC >= int64(pids) && f.ForkErr == "EAGAIN" && int64(f.Forked) < f.NPROC && f.Forked < 4*pids,
+				"RLIMIT_NPROC %d (max_pids %d); forks until the first refusal: %d, refused with %s (want EAGAIN before RLIMIT_NPROC)", f.NPROC, pids, f.Forked, f.ForkErr)
+		},
+		"max_cpu:": func(string) error {
+			return expect(f.CPU == int64(cpu/time.Second) && f.CPUBoth == 2 && (f.CPUBig == 24 || f.CPUBig == 9) && notHalted(budget.MaxCPU),
+				"RLIMIT_CPU %d s (max_cpu %s); two processes burning 0.7 max_cpu each: %d finished (want 2: the tree used more than max_cpu); one burning 3 max_cpu: signal %d (want SIGXCPU or SIGKILL); halted by %s",
+				f.CPU, cpu, f.CPUBoth, f.CPUBig, haltedBy(rep))
+		},
+	}
+}
+
+// airlockBinaries builds airlock and airlock-init into a folder every uid
+// can read.
+func airlockBinaries(t *testing.T) string {
+	t.Helper()
+	dir := openTempDir(t)
+	goBuild(t, "../cmd/airlock", filepath.Join(dir, "airlock"))
+	goBuild(t, "../cmd/airlock-init", filepath.Join(dir, "airlock-init"))
+	return dir
+}
+
+// shQuote quotes s for sh; the token @HELPER@ becomes the helper's pid.
+func shQuote(s string) string {
+	if s == "@HELPER@" {
+		return `"$HELPER"`
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// parseRunReport reads the report airlock run --json printed.
+func parseRunReport(t *testing.T, out []byte, stderr string) *sandbox.Report {
+	t.Helper()
+	var rep sandbox.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("airlock run --json: %v\nstdout: %.3000s\nstderr: %.3000s", err, out, stderr)
+	}
+	return &rep
+}
+
+// The landlock backend as a user, where no user namespace can be made
+// (ENOSPC): the uid line of a user, and the budget's lines without cgroups.
+const userProbe = probeLib + `
+OWNED = sys.argv[1]
+f = {}
+f["UID"] = os.getuid()
+f["ReadOwned"] = err(lambda: open(OWNED).read())
+f["WriteOwned"] = err(lambda: open(OWNED, "a").write("x"))
+f["ChmodOwned"] = err(lambda: os.chmod(OWNED, 0o666))
+f["XattrOwned"] = err(lambda: os.setxattr(OWNED, "user.evil", b"1"))
+` + limitsProbe + `
+print(json.dumps(f), flush=True)
+`
+
+// TestWeakerLandlockAsUser runs airlock as uid 1000 in a user namespace
+// whose max_user_namespaces is 0 (the kernel refuses a new one with
+// ENOSPC, as with user.max_user_namespaces=0 on the host, without changing
+// the host for the tests beside it), so the landlock backend runs as a
+// user without cgroups.
+func TestWeakerLandlockAsUser(t *testing.T) {
+	airtest.RequireRoot(t)
+	requireUnshared(t)
+	airtest.RequireBinary(t, "/usr/bin/setpriv")
+	airtest.RequireBinary(t, "/usr/bin/unshare")
+	const user = 1000
+	bin := airlockBinaries(t)
+	dir := openTempDir(t)
+	owned := filepath.Join(dir, "owned")
+	if err := os.WriteFile(owned, []byte("the user's own secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(owned, user, user); err != nil {
+		t.Fatal(err)
+	}
+	const mem, pids, cpu = 256 << 20, 24, 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	unshareOut, unshareErr := inNoUserNS(ctx, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--", "unshare", "--user", "true").CombinedOutput()
+	cmd := inNoUserNS(ctx, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--", filepath.Join(bin, "airlock"), "run", "--json",
+		"--allow-downgrade", "namespaces", "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids", "--allow-downgrade", "max_cpu",
+		"--max-memory", strconv.Itoa(mem>>20)+"MiB", "--max-pids", strconv.Itoa(pids), "--max-cpu", cpu.String(), "--max-wall", "60s",
+		"--", "/usr/bin/python3", "-c", userProbe, owned, strconv.Itoa(mem), strconv.Itoa(pids), "2")
+	cmd.Dir = "/"
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, _ := cmd.Output() // the exit status is the command's
+	rep := parseRunReport(t, out, stderr.String())
+	var f struct {
+		limitsFacts
+		UID                                           int
+		ReadOwned, WriteOwned, ChmodOwned, XattrOwned string
+	}
+	probeFacts(t, rep, &f)
+	t.Logf("the probe saw %s", rep.Stdout)
+	after, _ := os.Stat(owned)
+	body, _ := os.ReadFile(owned)
+	checks := limitsChecks(&f.limitsFacts, rep, mem, pids, cpu)
+	checks["namespaces: user namespaces cannot be created here (ENOSPC"] = func(string) error {
+		return expect(unshareErr != nil && strings.Contains(string(unshareOut), "No space left") && rep.Enforcement.Backend == sandbox.BackendLandlock && slices.Contains(rep.Enforcement.Downgrades, "namespaces"),
+			"unshare --user as uid 1000 there: %v %s; backend %q, downgrades %q", unshareErr, unshareOut, rep.Enforcement.Backend, rep.Enforcement.Downgrades)
+	}
+	checks["uid: no user namespace: the sandbox runs as airlock's own uid"] = func(line string) error {
+		return expect(f.UID == user && strings.Contains(line, "uid 1000,") && f.ReadOwned == "EACCES" && f.WriteOwned == "EACCES" && f.ChmodOwned != "ok" && f.XattrOwned != "ok" &&
+			after.Mode().Perm() == 0o600 && string(body) == "the user's own secret\n",
+			"the sandbox runs as %d; on a file of uid %d outside the grants: read %s, write %s, chmod %s, setxattr %s; afterwards mode %v, contents %q",
+			f.UID, user, f.ReadOwned, f.WriteOwned, f.ChmodOwned, f.XattrOwned, after.Mode(), body)
+	}
+	readBack(t, "TestWeakerLandlockAsUser", rep.Enforcement.Weaker, checks)
+}
+
+// inNoUserNS runs argv in a new user namespace mapping uids and gids 0 to
+// 65535 onto the host's, with max_user_namespaces set to 0 inside it.
+func inNoUserNS(ctx context.Context, argv ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"", "sh"}, argv...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:                 syscall.CLONE_NEWUSER,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: 0, Size: 65536}},
+		GidMappingsEnableSetgroups: true,
+	}
+	return cmd
+}
+
+// haltedBy returns the report's halted_by, or "null".
+func haltedBy(rep *sandbox.Report) string {
+	if rep.HaltedBy == nil {
+		return "null"
+	}
+	return *rep.HaltedBy
 }
