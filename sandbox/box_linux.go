@@ -437,6 +437,11 @@ var weaker = map[policy.Downgrade]string{
 // sandbox's UTS namespace.
 const weakerHostname = "hostname: the host refused sethostname (a container's seccomp profile), so the sandbox's own UTS namespace shows the container's hostname"
 
+// weakerPidsRoot is the max_pids line when the sandbox's processes are
+// the host's uid 0 (root in a container without a user namespace of its
+// own), which the kernel exempts from RLIMIT_NPROC.
+const weakerPidsRoot = "max_pids: no pids cgroup, and the sandbox's processes run as the host's uid 0, which RLIMIT_NPROC does not bind: nothing bounds how many processes the sandbox starts but the host's own limits"
+
 // weakerInPlace is the staged_writes line of the backends that write in
 // place but keep the existing protected paths read-only (gVisor, the
 // microVM), in place of weaker's.

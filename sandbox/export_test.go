@@ -13,6 +13,7 @@ var WeakerTables = func() map[string][]string {
 	t := map[string][]string{
 		"hostname": {weakerHostname},
 		"inplace":  {weakerInPlace},
+		"pidsroot": {weakerPidsRoot},
 		"landlock": append([]string{weakerUIDUser, weakerUIDRoot, weakerBrokers(errors.New("%v"))}, weakerUnshared...),
 		"gvisor":   sentryWeaker,
 		"microvm":  weakerMicroVM,

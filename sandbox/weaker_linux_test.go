@@ -42,7 +42,11 @@ var weakerGroups = []weakerGroup{
 	{"TestUnsharedWeakerLinesHold", sandbox.BackendLandlock, []string{"files:", "processes:", "network:", "tools:", "/tmp:", "hostname and IPC:", "metadata:", "staged_writes:",
 		"uid: no user namespace: the sandbox runs as"}},
 	{"TestWeakerLandlockAsUser", sandbox.BackendLandlock, []string{"namespaces: user namespaces cannot be created here (ENOSPC", "uid: no user namespace: the sandbox runs as airlock's own uid",
-		"max_memory:", "max_pids:", "max_cpu:"}},
+		"max_memory:", "max_pids: no pids cgroup: RLIMIT_NPROC", "max_cpu:"}},
+	{"TestWeakerNamespacesAsUser", "namespaces", []string{"max_memory:", "max_pids: no pids cgroup: RLIMIT_NPROC", "max_cpu:"}},
+	{"TestWeakerNamespacesInContainer", "namespaces", []string{"proc:", "hostname:", "max_memory:", "max_pids: no pids cgroup, and", "max_cpu:"}},
+	{"TestWeakerNoLandlockInContainer", "namespaces", []string{"landlock:"}},
+	{"TestWeakerNoBrokersInContainer", sandbox.BackendLandlock, []string{"namespaces: user namespaces cannot be created here (EPERM", "network and metadata:"}},
 	{"TestWeakerGVisor", "oci/runsc", []string{"gvisor: fs_write grants", "gvisor: max_pids and max_memory", "gvisor: a session exec's timeout", "gvisor: filesystem denials",
 		"gvisor: /dev and /dev/shm", "gvisor: the workload's syscalls", "staged_writes:"}},
 	{"TestWeakerMicroVM", sandbox.BackendMicroVM, []string{"microvm: the guest has no network device", "microvm: max_cpu counts", "microvm: filesystem denials", "microvm: software emulation",
@@ -63,6 +67,7 @@ var weakerPrintedBy = map[string][]string{
 	"downgrade/max_cpu":       {"namespaces", sandbox.BackendLandlock, sandbox.BackendMicroVM},
 	"downgrade/staged_writes": {sandbox.BackendLandlock}, // the other backends that write in place print inplace's
 	"inplace":                 {"oci/runsc", sandbox.BackendMicroVM},
+	"pidsroot":                {"namespaces"}, // root in a container: the unprivileged path as the host's uid 0
 	"namespaces/ENOSPC":       {sandbox.BackendLandlock},
 	"namespaces/EPERM":        {sandbox.BackendLandlock},
 	"namespaces/EINVAL":       {sandbox.BackendLandlock},
@@ -650,15 +655,21 @@ type limitsFacts struct {
 
 // limitsChecks reads back the budget's downgrade lines from limitsProbe's
 // facts, for a run with these limits.
-func limitsChecks(f *limitsFacts, rep *sandbox.Report, mem int64, pids int, cpu time.Duration) map[string]func(string) error {
+// hostRoot says the sandbox runs as the host's uid 0, whose max_pids
+// line differs.
+func limitsChecks(f *limitsFacts, rep *sandbox.Report, mem int64, pids int, cpu time.Duration, hostRoot bool) map[string]func(string) error {
 	notHalted := func(l budget.Limit) bool { return rep.HaltedBy == nil || *rep.HaltedBy != string(l) }
-	return map[string]func(string) error{
+	checks := map[string]func(string) error{
 		"max_memory:": func(string) error {
 			return expect(f.AS == -1 && f.MemBoth == 2 && f.MemBig == 0 && notHalted(budget.MaxMemory),
 				"RLIMIT_AS %d (want none); two processes holding 0.6 max_memory (%d) each at once: %d did (want 2); one taking 2 max_memory: exit %d (want 0: nothing bounds it); halted by %s",
 				f.AS, mem, f.MemBoth, f.MemBig, haltedBy(rep))
 		},
-		"max_pids:": func(string) error {
+		"max_pids: no pids cgroup, and": func(string) error {
+			return expect(f.NPROC == int64(pids) && f.ForkErr == "none" && f.Forked == 4*pids && notHalted(budget.MaxPids),
+				"RLIMIT_NPROC %d (max_pids %d); forks: %d, the first refused with %s (want 4 max_pids, none refused); halted by %s", f.NPROC, pids, f.Forked, f.ForkErr, haltedBy(rep))
+		},
+		"max_pids: no pids cgroup: RLIMIT_NPROC": func(string) error {
 			return expect(f.NPROC >= int64(pids) && f.ForkErr == "EAGAIN" && int64(f.Forked) < f.NPROC && f.Forked < 4*pids,
 				"RLIMIT_NPROC %d (max_pids %d); forks until the first refusal: %d, refused with %s (want EAGAIN before RLIMIT_NPROC)", f.NPROC, pids, f.Forked, f.ForkErr)
 		},
@@ -668,6 +679,12 @@ func limitsChecks(f *limitsFacts, rep *sandbox.Report, mem int64, pids int, cpu 
 				f.CPU, cpu, f.CPUBoth, f.CPUBig, haltedBy(rep))
 		},
 	}
+	if hostRoot {
+		delete(checks, "max_pids: no pids cgroup: RLIMIT_NPROC")
+	} else {
+		delete(checks, "max_pids: no pids cgroup, and")
+	}
+	return checks
 }
 
 // airlockBinaries builds airlock and airlock-init into a folder every uid
@@ -754,7 +771,7 @@ func TestWeakerLandlockAsUser(t *testing.T) {
 	t.Logf("the probe saw %s", rep.Stdout)
 	after, _ := os.Stat(owned)
 	body, _ := os.ReadFile(owned)
-	checks := limitsChecks(&f.limitsFacts, rep, mem, pids, cpu)
+	checks := limitsChecks(&f.limitsFacts, rep, mem, pids, cpu, false)
 	checks["namespaces: user namespaces cannot be created here (ENOSPC"] = func(string) error {
 		return expect(unshareErr != nil && strings.Contains(string(unshareOut), "No space left") && rep.Enforcement.Backend == sandbox.BackendLandlock && slices.Contains(rep.Enforcement.Downgrades, "namespaces"),
 			"unshare --user as uid 1000 there: %v %s; backend %q, downgrades %q", unshareErr, unshareOut, rep.Enforcement.Backend, rep.Enforcement.Downgrades)
@@ -787,4 +804,290 @@ func haltedBy(rep *sandbox.Report) string {
 		return "null"
 	}
 	return *rep.HaltedBy
+}
+
+// Seccomp profiles for podman that take from airlock what a container's
+// profile may: each allows everything else.
+const (
+	profileNoHostname = `{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+  {"names": ["sethostname"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}`
+	profileNoLandlock = `{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+  {"names": ["landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]}`
+	// Docker's default without CAP_SYS_ADMIN and CAP_SYS_PTRACE: no user
+	// namespaces (clone3's flags are out of a filter's reach: ENOSYS), no
+	// pidfd_getfd.
+	profileNoUserNSNoBrokers = `{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+  {"names": ["unshare"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+  {"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1,
+   "args": [{"index": 0, "value": 268435456, "valueTwo": 268435456, "op": "SCMP_CMP_MASKED_EQ"}]},
+  {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+  {"names": ["pidfd_getfd"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}`
+)
+
+// weakerContainer runs airlock in rootful podman containers made from the
+// host's /usr, with no cgroup of their own (--cgroups=disabled), a /proc
+// with podman's masks, and a seccomp profile of the test's.
+type weakerContainer struct {
+	bin, root string
+}
+
+func newWeakerContainer(t *testing.T) *weakerContainer {
+	t.Helper()
+	airtest.RequireRoot(t) // podman with --rootfs runs rootful here
+	airtest.RequireBinary(t, "/usr/bin/podman")
+	airtest.RequireBinary(t, "/usr/bin/unshare")
+	airtest.RequireBinary(t, "/usr/bin/python3")
+	c := &weakerContainer{bin: airlockBinaries(t), root: openTempDir(t)}
+	for _, d := range []string{"usr", "etc", "tmp", "proc", "sys", "dev", "root", "run", "var/tmp", "opt/airlock", "work/out"} {
+		if err := os.MkdirAll(filepath.Join(c.root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+		if err := os.Symlink("usr/"+l, filepath.Join(c.root, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, text := range map[string]string{"etc/passwd": "root:x:0:0:root:/root:/bin/sh\n", "etc/group": "root:x:0:\n", "secret.txt": "the container's secret\n"} {
+		if err := os.WriteFile(filepath.Join(c.root, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"tmp", "var/tmp", "work/out"} {
+		if err := os.Chmod(filepath.Join(c.root, d), 0o1777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// containerHelpers is what the container runs before airlock: a process
+// with a secret in its environment (its pid in $HELPER, above the pids the
+// sandbox's own processes get), a server on the container's loopback, and
+// the facts airlock's own namespaces are compared with, on stderr.
+const containerHelpers = `
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do /bin/true; done
+AIRLOCK_WEAKER_SECRET=in-the-helpers-environment sleep 1000 &
+HELPER=$!
+python3 -m http.server --bind 127.0.0.1 18765 >/dev/null 2>&1 &
+until python3 -c "import socket; socket.create_connection(('127.0.0.1', 18765), 1)" 2>/dev/null; do sleep 0.1; done
+echo "uts=$(readlink /proc/self/ns/uts)" >&2
+echo "unshare=$(unshare --user true 2>&1)" >&2
+`
+
+// run runs `airlock run --json FLAGS -- ARGV` in a new container under
+// profile, and returns its report and what the container said on stderr
+// (containerHelpers' facts, and helper=alive when the helper outlived the
+// run). The token @HELPER@ in argv is the helper's pid.
+func (c *weakerContainer) run(t *testing.T, profile string, podman, flags []string, argv ...string) (*sandbox.Report, string) {
+	t.Helper()
+	pf := filepath.Join(t.TempDir(), "seccomp.json")
+	if err := os.WriteFile(pf, []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := containerHelpers + "/opt/airlock/airlock run --json"
+	for _, a := range append(append(flags, "--"), argv...) {
+		script += " " + shQuote(a)
+	}
+	script += "\nkill -0 $HELPER && echo helper=alive >&2\n"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "-m", "--propagation", "private", "sh", "-c",
+		`umount /sys/fs/cgroup/unified 2>/dev/null; exec podman "$@"`, "sh", // crun refuses this host's hybrid layout with it
+		"run", "--rm", "--cgroups=disabled", "--network=none", "--hostname", "weaker-container",
+		"--ulimit", "nofile=20000:20000", "--ulimit", "nproc=20000:20000", "--security-opt", "seccomp="+pf,
+		"-v", "/usr:/usr:ro", "-v", c.bin+":/opt/airlock:ro")
+	cmd.Args = append(append(cmd.Args, podman...), "--rootfs", c.root, "/bin/sh", "-c", script)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, _ := cmd.Output() // the exit status is the command's
+	return parseRunReport(t, out, stderr.String()), stderr.String()
+}
+
+// containerFact returns the value of name=... on the container's stderr.
+func containerFact(stderr, name string) string {
+	for _, l := range strings.Split(stderr, "\n") {
+		if v, ok := strings.CutPrefix(l, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// nsProbe looks, from a sandbox of the namespace backend in a container,
+// at the container's helper process, its own names and what Landlock
+// would refuse. Its first argument is the helper's pid.
+const nsProbe = probeLib + `
+import signal
+HELPER = int(sys.argv[1])
+f = {}
+f["Hostname"] = socket.gethostname()
+f["UTS"] = os.readlink("/proc/self/ns/uts")
+f["ProcRO"] = bool(os.statvfs("/proc").f_flag & os.ST_RDONLY)
+f["Self"], f["Pid"] = os.readlink("/proc/self"), os.getpid()
+f["SelfComm"] = open("/proc/self/comm").read().strip()
+try:
+    f["PidComm"] = open("/proc/%d/comm" % os.getpid()).read().strip()
+except OSError as e:
+    f["PidComm"] = errno.errorcode.get(e.errno, str(e.errno))
+f["Listed"] = str(HELPER) in os.listdir("/proc")
+try:
+    f["Cmdline"] = open("/proc/%d/cmdline" % HELPER, "rb").read().decode(errors="replace").replace("\0", " ")
+except OSError as e:
+    f["Cmdline"] = errno.errorcode.get(e.errno, str(e.errno))
+f["Fds"] = err(lambda: os.listdir("/proc/%d/fd" % HELPER))
+f["Environ"] = err(lambda: open("/proc/%d/environ" % HELPER, "rb").read())
+f["Mem"] = err(lambda: open("/proc/%d/mem" % HELPER, "rb").read(1))
+f["FdLink"] = err(lambda: os.readlink("/proc/%d/fd/1" % HELPER))
+def ptrace():
+    if libc.ptrace(16, HELPER, None, None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+f["Ptrace"] = err(ptrace)
+f["Kill"] = err(lambda: os.kill(HELPER, signal.SIGKILL))
+f["KillInit"] = err(lambda: os.kill(1, 0))
+f["DevCreate"] = err(lambda: open("/dev/airlock-probe", "w").close())
+f["DevRO"] = bool(os.statvfs("/dev").f_flag & os.ST_RDONLY)
+f["Secret"] = err(lambda: os.stat("/secret.txt"))
+def exec_lib():
+    import glob, subprocess
+    subprocess.run(glob.glob("/usr/lib/*-linux-gnu/libc.so.6")[:1], capture_output=True, check=True)
+f["ExecLib"] = err(exec_lib)
+f["UsrNoexec"] = bool(os.statvfs("/usr/lib").f_flag & os.ST_NOEXEC)
+def abstract():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("\0airlock-weaker")
+f["Abstract"] = err(abstract)
+`
+
+// nsFacts is what nsProbe saw.
+type nsFacts struct {
+	Hostname, UTS, Self, SelfComm, PidComm, Cmdline string
+	Fds, Environ, Mem, FdLink, Ptrace, Kill         string
+	KillInit, DevCreate, Secret, Abstract, ExecLib  string
+	ProcRO, Listed, DevRO, UsrNoexec                bool
+	Pid                                             int
+}
+
+// TestWeakerNamespacesInContainer runs the namespace backend in a
+// container whose /proc is masked (the proc downgrade), without cgroups
+// (the budget's), whose seccomp profile refuses sethostname (the hostname
+// line), and reads each line back.
+func TestWeakerNamespacesInContainer(t *testing.T) {
+	c := newWeakerContainer(t)
+	const mem, pids, cpu = 256 << 20, 24, 2 * time.Second
+	rep, stderr := c.run(t, profileNoHostname, nil, []string{"--allow-downgrade", "proc,max_memory,max_pids,max_cpu",
+		"--max-memory", "256MiB", "--max-pids", strconv.Itoa(pids), "--max-cpu", cpu.String(), "--max-wall", "90s"},
+		"/usr/bin/python3", "-c", nsProbe+limitsProbe+"\nprint(json.dumps(f), flush=True)\n", "@HELPER@", strconv.Itoa(mem), strconv.Itoa(pids), "2")
+	var f struct {
+		nsFacts
+		limitsFacts
+	}
+	probeFacts(t, rep, &f)
+	t.Logf("the probe saw %s; the container: %s", rep.Stdout, stderr)
+	checks := limitsChecks(&f.limitsFacts, rep, mem, pids, cpu, true)
+	checks["proc:"] = func(string) error {
+		return expect(f.ProcRO && f.Self != strconv.Itoa(f.Pid) && f.SelfComm == "python3" && f.PidComm != "python3" && f.Listed && strings.Contains(f.Cmdline, "sleep 1000") &&
+			f.Fds == "ok" && f.Environ != "ok" && f.Mem != "ok" && f.FdLink != "ok" && f.Ptrace != "ok" && f.Kill != "ok" && containerFact(stderr, "helper") == "alive",
+			"/proc read-only %v; /proc/self -> %s, getpid() %d, /proc/self/comm %q, /proc/<getpid()>/comm %q; the container's helper listed %v, cmdline %q, fd numbers %s; "+
+				"its environ %s, mem %s, fd/1 %s, ptrace %s, kill %s, alive after the run %q",
+			f.ProcRO, f.Self, f.Pid, f.SelfComm, f.PidComm, f.Listed, f.Cmdline, f.Fds, f.Environ, f.Mem, f.FdLink, f.Ptrace, f.Kill, containerFact(stderr, "helper"))
+	}
+	checks["hostname:"] = func(string) error {
+		return expect(f.Hostname == "weaker-container" && f.UTS != containerFact(stderr, "uts"),
+			"the sandbox's hostname %q (the container's weaker-container); its UTS namespace %s, the container's %s", f.Hostname, f.UTS, containerFact(stderr, "uts"))
+	}
+	readBack(t, "TestWeakerNamespacesInContainer", rep.Enforcement.Weaker, checks)
+	// With Landlock, what TestWeakerNoLandlockInContainer sees allowed
+	// without it is refused.
+	if f.ExecLib != "EACCES" {
+		t.Errorf("with Landlock: executing libc.so.6, in the system base but not a tool: %s (want EACCES)", f.ExecLib)
+	}
+}
+
+// TestWeakerNoLandlockInContainer runs the namespace backend in a
+// container whose seccomp profile answers Landlock's calls with ENOSYS.
+// The container's helper runs in another pid namespace: the sandbox has a
+// /proc of its own here.
+func TestWeakerNoLandlockInContainer(t *testing.T) {
+	c := newWeakerContainer(t)
+	// Without Landlock the container's /proc cannot stand in for the
+	// sandbox's (the proc downgrade needs Landlock): podman masks nothing.
+	rep, stderr := c.run(t, profileNoLandlock, []string{"--security-opt", "unmask=ALL"}, []string{"--allow-downgrade", "landlock,max_memory,max_pids,max_cpu", "--max-wall", "60s"},
+		"/usr/bin/python3", "-c", nsProbe+"\nprint(json.dumps(f), flush=True)\n", "@HELPER@")
+	var f nsFacts
+	probeFacts(t, rep, &f)
+	t.Logf("the probe saw %s; the container: %s", rep.Stdout, stderr)
+	readBack(t, "TestWeakerNoLandlockInContainer", rep.Enforcement.Weaker, map[string]func(string) error{
+		"landlock:": func(string) error {
+			devByMount := "ok"
+			if f.DevRO {
+				devByMount = "EROFS"
+			}
+			return expect(rep.Enforcement.Landlock == 0 && f.Secret == "ENOENT" && f.DevCreate == devByMount && f.ExecLib == "ok" && !f.UsrNoexec && f.Abstract != "ok" &&
+				f.Kill != "ok" && containerFact(stderr, "helper") == "alive",
+				"landlock_abi %d; /secret.txt outside the grants: %s (want ENOENT); a file in /dev: %s (want %s, as its mount flags say); executing libc.so.6: %s (want ok: /usr/lib is mounted without noexec: %v); "+
+					"the container's abstract socket: %s, kill of the container's helper: %s, alive after %q (the namespaces still hold)",
+				rep.Enforcement.Landlock, f.Secret, f.DevCreate, devByMount, f.ExecLib, !f.UsrNoexec, f.Abstract, f.Kill, containerFact(stderr, "helper"))
+		},
+	})
+}
+
+// TestWeakerNoBrokersInContainer runs airlock in a container whose
+// seccomp profile refuses user namespaces (EPERM) and pidfd_getfd, as
+// Docker's default does without CAP_SYS_ADMIN and CAP_SYS_PTRACE: the
+// landlock backend, without its brokers.
+func TestWeakerNoBrokersInContainer(t *testing.T) {
+	c := newWeakerContainer(t)
+	rep, stderr := c.run(t, profileNoUserNSNoBrokers, nil, []string{"--allow-downgrade", "namespaces,staged_writes,max_memory,max_pids,max_cpu", "--fs-write", "/work/out", "--max-wall", "60s"},
+		"/usr/bin/python3", "-c", probeLib+`
+f = {}
+open("/work/out/f", "w").close()
+f["Connect"] = err(lambda: socket.create_connection(("127.0.0.1", 18765), timeout=3).close())
+f["Chmod"] = err(lambda: os.chmod("/work/out/f", 0o700))
+f["Utime"] = err(lambda: os.utime("/work/out/f", (1, 1)))
+print(json.dumps(f), flush=True)
+`)
+	var f struct{ Connect, Chmod, Utime string }
+	probeFacts(t, rep, &f)
+	t.Logf("the probe saw %s; the container: %s", rep.Stdout, stderr)
+	readBack(t, "TestWeakerNoBrokersInContainer", rep.Enforcement.Weaker, map[string]func(string) error{
+		"namespaces: user namespaces cannot be created here (EPERM": func(string) error {
+			u := containerFact(stderr, "unshare")
+			return expect(strings.Contains(u, "Operation not permitted") && rep.Enforcement.Backend == sandbox.BackendLandlock && slices.Contains(rep.Enforcement.Downgrades, "namespaces"),
+				"unshare --user in the container: %q; backend %q, downgrades %q", u, rep.Enforcement.Backend, rep.Enforcement.Downgrades)
+		},
+		"network and metadata:": func(string) error {
+			return expect(f.Connect != "ok" && f.Chmod == "EACCES" && f.Utime == "EACCES" && rep.DenialCounts.Total == 0 && len(rep.Denials) == 0,
+				"connect to the container's loopback server %s; chmod %s and utime %s in the fs_write grant (want EACCES); denials %d %+v (want none)",
+				f.Connect, f.Chmod, f.Utime, rep.DenialCounts.Total, rep.Denials)
+		},
+	})
+}
+
+// TestWeakerNamespacesAsUser runs airlock's default backend as uid 1000,
+// who has no cgroup of its own, and reads back the budget's lines.
+func TestWeakerNamespacesAsUser(t *testing.T) {
+	airtest.RequireRoot(t)
+	requireSandbox(t)
+	airtest.RequireBinary(t, "/usr/bin/setpriv")
+	bin := airlockBinaries(t)
+	const mem, pids, cpu = 256 << 20, 24, 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--", filepath.Join(bin, "airlock"), "run", "--json",
+		"--allow-downgrade", "max_memory,max_pids,max_cpu", "--max-memory", "256MiB", "--max-pids", strconv.Itoa(pids), "--max-cpu", cpu.String(), "--max-wall", "60s",
+		"--", "/usr/bin/python3", "-c", probeLib+"\nf = {}\n"+limitsProbe+"\nprint(json.dumps(f), flush=True)\n", strconv.Itoa(mem), strconv.Itoa(pids), "2")
+	cmd.Dir = "/"
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, _ := cmd.Output() // the exit status is the command's
+	rep := parseRunReport(t, out, stderr.String())
+	if rep.Enforcement.Backend != "namespaces" {
+		t.Fatalf("backend %q, error %q: want the namespace backend as uid 1000", rep.Enforcement.Backend, rep.Error)
+	}
+	var f limitsFacts
+	probeFacts(t, rep, &f)
+	t.Logf("the probe saw %s", rep.Stdout)
+	readBack(t, "TestWeakerNamespacesAsUser", rep.Enforcement.Weaker, limitsChecks(&f, rep, mem, pids, cpu, false))
 }
