@@ -18,6 +18,9 @@ var WeakerTables = func() map[string][]string {
 		"gvisor":   sentryWeaker,
 		"microvm":  weakerMicroVM,
 	}
+	for d, line := range weakerMicroVMHost {
+		t["microvm-host/"+string(d)] = []string{line}
+	}
 	for d, line := range weaker {
 		t["downgrade/"+string(d)] = []string{line}
 	}

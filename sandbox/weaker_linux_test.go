@@ -47,6 +47,7 @@ var weakerGroups = []weakerGroup{
 	{"TestWeakerNamespacesInContainer", "namespaces", []string{"proc:", "hostname:", "max_memory:", "max_pids: no pids cgroup, and", "max_cpu:"}},
 	{"TestWeakerNoLandlockInContainer", "namespaces", []string{"landlock:"}},
 	{"TestWeakerNoBrokersInContainer", sandbox.BackendLandlock, []string{"namespaces: user namespaces cannot be created here (EPERM", "network and metadata:"}},
+	{"TestWeakerMicroVMWithoutCgroups", sandbox.BackendMicroVM, []string{"max_memory: no memory cgroup on the host", "max_pids: no pids cgroup on the host", "max_cpu: no cpu cgroup on the host"}},
 	{"TestWeakerGVisor", "oci/runsc", []string{"gvisor: fs_write grants", "gvisor: max_pids and max_memory", "gvisor: a session exec's timeout", "gvisor: filesystem denials",
 		"gvisor: /dev and /dev/shm", "gvisor: the workload's syscalls", "staged_writes:"}},
 	{"TestWeakerMicroVM", sandbox.BackendMicroVM, []string{"microvm: the guest has no network device", "microvm: max_cpu counts", "microvm: filesystem denials", "microvm: software emulation",
@@ -60,11 +61,14 @@ var weakerPrintedBy = map[string][]string{
 	"landlock":                {sandbox.BackendLandlock},
 	"gvisor":                  {"oci/runsc"},
 	"microvm":                 {sandbox.BackendMicroVM},
-	"downgrade/landlock":      {"namespaces"},                                                  // the namespace backend only: Landlock is the landlock backend
-	"downgrade/proc":          {"namespaces"},                                                  // the mount namespace's /proc
-	"downgrade/max_memory":    {"namespaces", sandbox.BackendLandlock, sandbox.BackendMicroVM}, // newLimits; OCI runtimes' cgroups are their own
-	"downgrade/max_pids":      {"namespaces", sandbox.BackendLandlock, sandbox.BackendMicroVM},
-	"downgrade/max_cpu":       {"namespaces", sandbox.BackendLandlock, sandbox.BackendMicroVM},
+	"downgrade/landlock":      {"namespaces"},                          // the namespace backend only: Landlock is the landlock backend
+	"downgrade/proc":          {"namespaces"},                          // the mount namespace's /proc
+	"downgrade/max_memory":    {"namespaces", sandbox.BackendLandlock}, // newLimits; OCI runtimes' cgroups are their own
+	"downgrade/max_pids":      {"namespaces", sandbox.BackendLandlock},
+	"downgrade/max_cpu":       {"namespaces", sandbox.BackendLandlock},
+	"microvm-host/max_memory": {sandbox.BackendMicroVM},
+	"microvm-host/max_pids":   {sandbox.BackendMicroVM},
+	"microvm-host/max_cpu":    {sandbox.BackendMicroVM},
 	"downgrade/staged_writes": {sandbox.BackendLandlock}, // the other backends that write in place print inplace's
 	"inplace":                 {"oci/runsc", sandbox.BackendMicroVM},
 	"pidsroot":                {"namespaces"}, // root in a container: the unprivileged path as the host's uid 0
@@ -574,7 +578,10 @@ func hostAddress(t *testing.T) string {
 // are forked until a fork fails (at most 4 max_pids); two children burn 0.7
 // max_cpu each and one 3 max_cpu. Its arguments are max_memory in bytes,
 // max_pids and max_cpu in seconds, after the probe's own.
-const limitsProbe = `
+const limitsProbe = limitsHead + limitsMem + limitsCPU + limitsPids
+
+// limitsHead reads the arguments and the rlimits, and defines children.
+const limitsHead = `
 import resource, signal
 MEM, PIDS, CPU = int(sys.argv[-3]), int(sys.argv[-2]), float(sys.argv[-1])
 f["AS"] = resource.getrlimit(resource.RLIMIT_AS)[0]
@@ -611,8 +618,15 @@ def hold(n):
         for i in range(0, n, 4096):
             b[i] = 1
     return fn
+`
+
+// The parts of limitsProbe: the memory, the CPU and the fork checks.
+const (
+	limitsMem = `
 f["MemBoth"], _ = children(2, hold(int(MEM * 0.6)))
 f["MemBig"] = children(1, hold(2 * MEM))[1][0] >> 8
+`
+	limitsCPU = `
 def burn(s):
     def fn():
         while True:
@@ -624,6 +638,8 @@ def burn(s):
     return fn
 f["CPUBoth"], st = children(2, burn(0.7 * CPU))
 f["CPUBig"] = children(1, burn(3 * CPU))[1][0] & 0x7f
+`
+	limitsPids = `
 go_r, go_w = os.pipe()
 forked, f["ForkErr"] = 0, "none"
 kids = []
@@ -643,6 +659,7 @@ for p in kids:
     os.waitpid(p, 0)
 f["Forked"] = forked
 `
+)
 
 // limitsFacts is what limitsProbe saw.
 type limitsFacts struct {
@@ -1090,4 +1107,96 @@ func TestWeakerNamespacesAsUser(t *testing.T) {
 	probeFacts(t, rep, &f)
 	t.Logf("the probe saw %s", rep.Stdout)
 	readBack(t, "TestWeakerNamespacesAsUser", rep.Enforcement.Weaker, limitsChecks(&f, rep, mem, pids, cpu, false))
+}
+
+// TestWeakerMicroVMWithoutCgroups runs the microVM as root where the host
+// has no cgroup file system (an empty tmpfs over /sys/fs/cgroup in
+// airlock's mount namespace), in two boots: the CPU and fork checks, then
+// memory; and reads back the microVM's lines on the host's cgroups.
+func TestWeakerMicroVMWithoutCgroups(t *testing.T) {
+	requireMicroVM(t)
+	airtest.RequireBinary(t, "/usr/bin/unshare")
+	bin := airlockBinaries(t)
+	run := func(flags []string, argv ...string) (*sandbox.Report, map[string]bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		args := append([]string{"-m", "--propagation", "private", "sh", "-c", `mount -t tmpfs none /sys/fs/cgroup && exec "$@"`, "sh",
+			filepath.Join(bin, "airlock"), "run", "--json", "--isolation", "microvm", "--allow-downgrade", "max_memory,max_pids,max_cpu", "--max-wall", "120s"}, flags...)
+		cmd := exec.CommandContext(ctx, "unshare", append(append(args, "--"), argv...)...)
+		cmd.Dir = "/"
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		var mem map[string]bool
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for len(qemuPids()) == 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			_, mem = cgroupLimits()
+			mem["qemu seen"] = true
+		}()
+		out, _ := cmd.Output() // the exit status is the command's
+		<-done
+		return parseRunReport(t, out, stderr.String()), mem
+	}
+	const pids, cpu, memMax = 24, 2 * time.Second, 96 << 20
+	rep, cgroups := run([]string{"--max-pids", strconv.Itoa(pids), "--max-cpu", cpu.String()}, "/usr/bin/python3", "-c", probeLib+"\nf = {}\n"+limitsHead+limitsCPU+`
+print(json.dumps(f), flush=True)
+go_r, go_w = os.pipe()
+for n in range(4 * PIDS):
+    if os.fork() == 0:
+        os.read(go_r, 1)
+        os._exit(0)
+    print("forked", n + 1, flush=True)
+print("all forked", flush=True)
+`, "0", strconv.Itoa(pids), "2")
+	var f limitsFacts
+	probeFacts(t, rep, &f)
+	t.Logf("the probe saw %s", rep.Stdout)
+	forked := strings.Count(rep.Stdout, "forked ")
+	memRep, memCgroups := run([]string{"--max-memory", "96MiB"}, "/usr/bin/python3", "-c", `
+print(int([l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal:")][0]), flush=True)
+x = b"m" * (160 << 20)
+print("allocated", flush=True)`)
+	memTotal, _ := strconv.Atoi(strings.TrimSpace(strings.Split(memRep.Stdout, "\n")[0]))
+	noHostGroup := func() error {
+		if !cgroups["qemu seen"] || !memCgroups["qemu seen"] {
+			return fmt.Errorf("QEMU was not seen running below the test (%v, %v)", cgroups, memCgroups)
+		}
+		if len(cgroups) > 1 || len(memCgroups) > 1 || rep.Enforcement.Cgroup != "" {
+			return fmt.Errorf("the VM ran in a cgroup of its own on the host: memory limits %v, %v; enforcement.cgroup %q", cgroups, memCgroups, rep.Enforcement.Cgroup)
+		}
+		return nil
+	}
+	readBack(t, "TestWeakerMicroVMWithoutCgroups", rep.Enforcement.Weaker, map[string]func(string) error{
+		"max_cpu: no cpu cgroup on the host": func(string) error {
+			if err := noHostGroup(); err != nil {
+				return err
+			}
+			return expect(f.CPU == int64(cpu/time.Second) && f.CPUBoth == 2 && (f.CPUBig == 24 || f.CPUBig == 9),
+				"RLIMIT_CPU in the guest %d s (max_cpu %s); two processes burning 0.7 max_cpu each: %d finished (want 2: nothing counts the tree); one burning 3 max_cpu: signal %d (want SIGXCPU or SIGKILL)",
+				f.CPU, cpu, f.CPUBoth, f.CPUBig)
+		},
+		"max_pids: no pids cgroup on the host": func(string) error {
+			if err := noHostGroup(); err != nil {
+				return err
+			}
+			return expect(haltedBy(rep) == string(budget.MaxPids) && forked < pids && !strings.Contains(rep.Stdout, "all forked"),
+				"forks in the guest under max_pids %d: %d, halted by %s (want max_pids from the guest's cgroup)", pids, forked, haltedBy(rep))
+		},
+		"max_memory: no memory cgroup on the host": func(line string) error {
+			if err := noHostGroup(); err != nil {
+				return err
+			}
+			return expect(slices.Contains(memRep.Enforcement.Weaker, line) && haltedBy(memRep) == string(budget.MaxMemory) && !strings.Contains(memRep.Stdout, "allocated") &&
+				memTotal<<10 <= memMax+128<<20 && memTotal<<10 > memMax,
+				"160 MiB in the guest under max_memory 96 MiB: halted by %s, stdout %q (want max_memory from the guest's cgroup); the guest's MemTotal %d KiB (want at most max_memory + 128 MiB)",
+				haltedBy(memRep), memRep.Stdout, memTotal)
+		},
+	})
 }
