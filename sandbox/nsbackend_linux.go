@@ -123,7 +123,7 @@ func (b *box) openStageAndLimits(backend string, newLim func() (*limits, error))
 	b.enf.Backend = backend
 	b.noteEnvironment()
 	for _, d := range b.lim.downgrades {
-		if d == string(policy.DowngradePids) && backend == "namespaces" && os.Geteuid() == 0 && !namespace.HostAdmin() {
+		if d == string(policy.DowngradePids) && backend == "namespaces" && !namespace.HostAdmin() && hostRoot(os.Geteuid(), "/proc/self/uid_map") {
 			// The unprivileged path maps the sandbox onto the caller, here
 			// the host's root, whom fork(2) does not hold to RLIMIT_NPROC.
 			b.downgradedAs(policy.DowngradePids, weakerPidsRoot)
