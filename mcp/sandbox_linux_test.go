@@ -30,7 +30,7 @@ func realServer(t *testing.T, spec policy.Spec) (*Server, *audit.Recorder) {
 		spec.Budget.Wall = 60 * time.Second
 	}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids")
+		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids", "max_cpu")
 	}
 	rec := &audit.Recorder{}
 	return newServer(t, Config{Policy: mustPolicy(t, spec), Audit: rec}, nil), rec

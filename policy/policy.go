@@ -25,7 +25,7 @@ type Downgrade = downgrade.Layer
 // gives up).
 const (
 	DowngradeLandlock     = downgrade.Landlock     // run without Landlock (mount namespace still applies)
-	DowngradeMemory       = downgrade.Memory       // no memory controller: RLIMIT_AS only
+	DowngradeMemory       = downgrade.Memory       // no memory controller: the memory is not bounded
 	DowngradeCPU          = downgrade.CPU          // no cpu controller: RLIMIT_CPU only
 	DowngradePids         = downgrade.Pids         // no pids controller: RLIMIT_NPROC only
 	DowngradeFSAudit      = downgrade.FSAudit      // filesystem denials cannot be reported

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -242,7 +243,9 @@ func (b *box) deliver(ctl *control, m nsinit.Message) {
 	switch m.Type {
 	case nsinit.MsgReady:
 		b.enf.Landlock = m.Landlock
-		b.enf.Namespaces, b.enf.Seccomp = !b.pl.NoNamespaces, true
+		// Under gVisor the workload's syscalls reach the sentry, not a
+		// filter of airlock's (oci_linux.go).
+		b.enf.Namespaces, b.enf.Seccomp = !b.pl.NoNamespaces, !strings.HasPrefix(b.enf.Platform, "gvisor/")
 		if m.Landlock == 0 && b.enf.Backend == "namespaces" {
 			b.downgraded(policy.DowngradeLandlock) // the init refuses this unless the plan accepts it
 		}
@@ -250,7 +253,7 @@ func (b *box) deliver(ctl *control, m nsinit.Message) {
 			b.downgraded(policy.DowngradeProc)
 		}
 		if m.HostnameKept {
-			b.enf.Weaker = append(b.enf.Weaker, "hostname: the host refused sethostname (a container's seccomp profile), so the sandbox's own UTS namespace shows the container's hostname")
+			b.enf.Weaker = append(b.enf.Weaker, weakerHostname)
 		}
 		b.signalReady(nil)
 	case nsinit.MsgError:
@@ -423,7 +426,7 @@ func haltReason(l budget.Limit) string {
 // hide (the report's enforcement.weaker).
 var weaker = map[policy.Downgrade]string{
 	policy.DowngradeLandlock:     "landlock: no Landlock: files outside the grants are absent (mount namespace), but nothing refuses a path inside the sandbox's root beyond its mount flags, and signals and abstract sockets are not scoped",
-	policy.DowngradeMemory:       "max_memory: no memory cgroup: RLIMIT_AS bounds each process's address space, not the sandbox's memory as a whole",
+	policy.DowngradeMemory:       "max_memory: no memory cgroup: nothing bounds the sandbox's memory but the host's own (an RLIMIT_AS would bind airlock's init too, whose limits the command inherits): a run can take what the host has until its OOM killer acts",
 	policy.DowngradePids:         "max_pids: no pids cgroup: RLIMIT_NPROC bounds the processes of the sandbox's user, not exactly its process tree",
 	policy.DowngradeCPU:          "max_cpu: no cpu cgroup: RLIMIT_CPU bounds each process's CPU time, not the tree's",
 	policy.DowngradeStagedWrites: "staged_writes: fs_write folders are written in place (this backend does not stage them): max_write is not enforced, and the protected paths inside them (git hooks and config, shell rc files, editor and CI configuration) are writable: check them before you use git or a shell there",
@@ -431,14 +434,34 @@ var weaker = map[policy.Downgrade]string{
 		"with what ps shows of them and the numbers of their open fds; they cannot be signalled, traced, or have their memory, environment or fds read (pid namespace, Landlock, seccomp)",
 }
 
+// weakerHostname is the report's line when the init could not name the
+// sandbox's UTS namespace.
+const weakerHostname = "hostname: the host refused sethostname (a container's seccomp profile), so the sandbox's own UTS namespace shows the container's hostname"
+
+// weakerPidsRoot is the max_pids line when the sandbox's processes are
+// the host's uid 0 (root in a container without a user namespace of its
+// own), which the kernel exempts from RLIMIT_NPROC.
+const weakerPidsRoot = "max_pids: no pids cgroup, and the sandbox's processes run as the host's uid 0, which RLIMIT_NPROC does not bind: nothing bounds how many processes the sandbox starts but the host's own limits"
+
+// weakerInPlace is the staged_writes line of the backends that write in
+// place but keep the existing protected paths read-only (gVisor, the
+// microVM), in place of weaker's.
+const weakerInPlace = "staged_writes: fs_write folders are written in place (this backend does not stage them): max_write is not enforced, and new protected paths (git hooks, shell rc files, editor and CI configuration) can be created inside them, while the existing ones are read-only: check the new ones before you use git or a shell there"
+
 // downgraded records that the sandbox runs without d.
 func (b *box) downgraded(d policy.Downgrade) {
+	b.downgradedAs(d, weaker[d])
+}
+
+// downgradedAs records that the sandbox runs without d, with line ("" for
+// none) as what is weaker.
+func (b *box) downgradedAs(d policy.Downgrade, line string) {
 	if slices.Contains(b.enf.Downgrades, string(d)) {
 		return
 	}
 	b.enf.Downgrades = append(b.enf.Downgrades, string(d))
-	if w, ok := weaker[d]; ok {
-		b.enf.Weaker = append(b.enf.Weaker, w)
+	if line != "" {
+		b.enf.Weaker = append(b.enf.Weaker, line)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,23 @@ func newGroup(cfg cgroup.Config) (*cgroup.Group, cgroup.Host, error) {
 	return g, h, err
 }
 
+// cgroupLayers are the budgets the run's cgroup enforces.
+var cgroupLayers = []policy.Downgrade{policy.DowngradeMemory, policy.DowngradePids, policy.DowngradeCPU}
+
+// downgradeRlimits returns what stands in for the cgroup's limits that the
+// downgrades taken give up: RLIMIT_NPROC for max_pids. (max_cpu's
+// RLIMIT_CPU is in every plan; nothing stands in for max_memory: an
+// RLIMIT_AS would bind airlock's own init, whose limits the command
+// inherits, and its Go runtime reserves more address space than a budget.)
+func downgradeRlimits(lim plan.Limits, downgrades []string) []plan.Rlimit {
+	var rl []plan.Rlimit
+	if slices.Contains(downgrades, string(policy.DowngradePids)) && lim.Pids > 0 {
+		rl = append(rl, plan.Rlimit{Resource: "nproc", Value: uint64(lim.Pids), Hard: uint64(lim.Pids),
+			Why: "max_pids without a pids cgroup: the processes and threads of the sandbox's uid (allow_downgrade: max_pids)"})
+	}
+	return rl
+}
+
 // decideLimits makes the run's limits from the group g, or, when making it
 // failed with err, refuses the run or accepts the downgrades the plan
 // allows.
@@ -83,8 +101,10 @@ func decideLimits(lim plan.Limits, sink audit.Sink, g *cgroup.Group, h cgroup.Ho
 		l.group = g
 		return l, nil
 	}
+	// Without the group nothing counts the tree's CPU time (RLIMIT_CPU
+	// counts each process's), so max_cpu is a downgrade too.
 	var missing unenforceable
-	for _, d := range []policy.Downgrade{policy.DowngradeMemory, policy.DowngradePids} {
+	for _, d := range cgroupLayers {
 		if !lim.AcceptsDowngrade(d) {
 			missing.add(d, err.Error())
 		}
@@ -92,9 +112,11 @@ func decideLimits(lim plan.Limits, sink audit.Sink, g *cgroup.Group, h cgroup.Ho
 	if len(missing.layers) > 0 {
 		return nil, &missing
 	}
-	l.downgrades = []string{string(policy.DowngradeMemory), string(policy.DowngradePids)}
+	for _, d := range cgroupLayers {
+		l.downgrades = append(l.downgrades, string(d))
+	}
 	sink.Emit(audit.Event{Time: time.Now(), Kind: audit.Info, Layer: audit.LayerKernel, Rule: "allow_downgrade",
-		Message: "running without cgroup memory and pids limits, as the policy allows: " + err.Error()})
+		Message: "running without cgroup memory, pids and cpu limits, as the policy allows: " + err.Error()})
 	return l, nil
 }
 

@@ -33,7 +33,7 @@ func TestRunEndsWithItsCommand(t *testing.T) {
 		Budget:       budget.Limits{Wall: 60 * time.Second},
 	}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = []string{"max_memory", "max_pids"}
+		spec.AllowDowngrade = []string{"max_memory", "max_pids", "max_cpu"}
 	}
 	p, err := policy.New(spec)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 func lifetimeSession(t *testing.T, spec policy.Spec, lifetime, maxLifetime time.Duration) *sandbox.Session {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids")
+		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids", "max_cpu")
 	}
 	p, err := policy.New(spec)
 	if err != nil {

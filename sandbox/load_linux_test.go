@@ -47,7 +47,7 @@ func TestConcurrentRuns(t *testing.T) {
 		Budget: budget.Limits{Wall: 90 * time.Second},
 	}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = []string{"max_memory", "max_pids"}
+		spec.AllowDowngrade = []string{"max_memory", "max_pids", "max_cpu"}
 	}
 	p, err := policy.New(spec)
 	if err != nil {

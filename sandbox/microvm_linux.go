@@ -83,9 +83,18 @@ const microvmCache = "/var/cache/airlock/microvm"
 // backend, for the report's enforcement.weaker.
 var weakerMicroVM = []string{
 	"microvm: the guest has no network device: egress is airlock's proxy only (HTTP_PROXY and ALL_PROXY on the sandbox's loopback, carried over a virtio-serial port); programs that ignore the proxy variables reach nothing (no transparent egress)",
-	"microvm: max_cpu counts the whole VM's CPU time (QEMU's: the boot and the emulation's own cost too), so a program gets less than max_cpu of its own; max_memory is the guest's sandbox cgroup, and the VM as a whole gets 128 MiB of guest RAM and 256 MiB for QEMU more",
+	"microvm: max_cpu counts the whole VM's CPU time (QEMU's: the boot and the emulation's own cost too), so a program gets less than max_cpu of its own; max_memory is the guest's sandbox cgroup, and the VM as a whole gets max_memory (at least 64 MiB) + 128 MiB of guest RAM, and 256 MiB more for QEMU",
 	"microvm: filesystem denials are not reported",
 	"microvm: software emulation (TCG): a boot costs seconds, and programs run several times slower than on the host",
+}
+
+// weakerMicroVMHost says, for each cgroup downgrade, what a microVM run
+// gives up when the host cannot make the VM's cgroup (the guest's own
+// cgroup still holds the sandbox).
+var weakerMicroVMHost = map[policy.Downgrade]string{
+	policy.DowngradeMemory: "max_memory: no memory cgroup on the host: QEMU's own memory (beyond the guest's RAM, its translation cache and buffers) is not bounded there; in the guest the sandbox's cgroup still holds max_memory, and the guest's RAM is max_memory (at least 64 MiB) + 128 MiB",
+	policy.DowngradePids:   "max_pids: no pids cgroup on the host: QEMU's threads are not bounded there; in the guest the sandbox's cgroup still holds max_pids",
+	policy.DowngradeCPU:    "max_cpu: no cpu cgroup on the host: nothing counts the VM's CPU time; in the guest RLIMIT_CPU bounds each process's CPU time, not the tree's",
 }
 
 // microvmBackend runs the sandbox in a microVM.
@@ -147,7 +156,7 @@ func (microvmBackend) launch(b *box) (*control, error) {
 		b.enf.Cgroup = b.lim.host.Version
 	}
 	for _, d := range b.lim.downgrades {
-		b.downgraded(policy.Downgrade(d))
+		b.downgradedAs(policy.Downgrade(d), weakerMicroVMHost[policy.Downgrade(d)])
 	}
 	fail := func(err error) (*control, error) {
 		b.lim.finish(b)

@@ -109,9 +109,26 @@ func (b *box) openStageAndLimits(backend string, newLim func() (*limits, error))
 		b.stage.close()
 		return err
 	}
+	if rl := downgradeRlimits(b.pl.Limits, b.lim.downgrades); len(rl) > 0 {
+		pl, err := copyPlan(b.pl) // b.pl may be shared with other runs
+		if err != nil {
+			b.lim.finish(b)
+			b.lim = nil
+			b.stage.close()
+			return err
+		}
+		pl.Rlimits = append(pl.Rlimits, rl...)
+		b.pl = pl
+	}
 	b.enf.Backend = backend
 	b.noteEnvironment()
 	for _, d := range b.lim.downgrades {
+		if d == string(policy.DowngradePids) && backend == "namespaces" && !namespace.HostAdmin() && hostRoot(os.Geteuid(), "/proc/self/uid_map") {
+			// The unprivileged path maps the sandbox onto the caller, here
+			// the host's root, whom fork(2) does not hold to RLIMIT_NPROC.
+			b.downgradedAs(policy.DowngradePids, weakerPidsRoot)
+			continue
+		}
 		b.downgraded(policy.Downgrade(d))
 	}
 	if b.lim.group != nil {

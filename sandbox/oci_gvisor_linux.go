@@ -50,7 +50,7 @@ var sentryWeaker = []string{
 	"gvisor: a session exec's timeout kills its main process, not what it started (runsc kill --pid); everything dies when the session ends",
 	"gvisor: filesystem denials are not reported",
 	"gvisor: /dev and /dev/shm are the sentry's own writable tmpfs (it ignores the bundle's read-only /dev): what is written there counts against max_memory, not max_scratch",
-	"gvisor: the workload's syscalls are served by gVisor's own kernel (the sentry), which gVisor's host seccomp filter confines; the bundle's seccomp profile is not applied inside it (this runsc answers its errno rules with EPERM, which breaks programs that expect ENOSYS)",
+	"gvisor: the workload's syscalls are served by gVisor's own kernel (the sentry), which gVisor's host seccomp filter confines; airlock's seccomp profile is not applied inside it (this runsc would answer its ENOSYS rules with EPERM, which breaks programs that expect ENOSYS), so calls the other backends refuse, such as ptrace and memfd_create, are the sentry's to serve",
 }
 
 // sentryWrites refuses fs_write folders unless the policy accepts writes
@@ -77,7 +77,7 @@ func writeInPlace(b *box, refusal string) error {
 	plan.WritesInPlace(pl)
 	b.pl = pl
 	if folders {
-		b.downgraded(policy.DowngradeStagedWrites)
+		b.downgradedAs(policy.DowngradeStagedWrites, weakerInPlace)
 	}
 	return nil
 }

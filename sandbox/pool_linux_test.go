@@ -65,7 +65,7 @@ func TestPoolSessions(t *testing.T) {
 	tr := newTree(t)
 	spec := policy.Spec{FSWrite: []string{tr.out}, AllowedTools: []string{"sh", "cat"}, Budget: budget.Limits{Wall: time.Minute}}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = []string{"max_memory", "max_pids"}
+		spec.AllowDowngrade = []string{"max_memory", "max_pids", "max_cpu"}
 	}
 	p, err := policy.New(spec)
 	if err != nil {
@@ -145,7 +145,7 @@ func TestPoolRuns(t *testing.T) {
 	waitStats(t, pool, "1 ready", func(s sandbox.PoolStats) bool { return s.Ready == 1 })
 	spec := policy.Spec{}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = []string{"max_memory", "max_pids"}
+		spec.AllowDowngrade = []string{"max_memory", "max_pids", "max_cpu"}
 	}
 	p, err := policy.New(spec)
 	if err != nil {
@@ -224,7 +224,7 @@ func TestPoolBounds(t *testing.T) {
 func TestRunInitDiesDuringSetup(t *testing.T) {
 	requireSandbox(t)
 	dir := t.TempDir()
-	p, err := policy.New(policy.Spec{FSWrite: []string{dir}, AllowDowngrade: []string{"max_memory", "max_pids"}})
+	p, err := policy.New(policy.Spec{FSWrite: []string{dir}, AllowDowngrade: []string{"max_memory", "max_pids", "max_cpu"}})
 	if err != nil {
 		t.Fatal(err)
 	}

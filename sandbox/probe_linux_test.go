@@ -482,7 +482,7 @@ func runWithStdin(t *testing.T, spec policy.Spec, f *os.File, argv ...string) *s
 		spec.Budget.Wall = 20 * time.Second
 	}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids")
+		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids", "max_cpu")
 	}
 	p, err := policy.New(spec)
 	if err != nil {

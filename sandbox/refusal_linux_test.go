@@ -35,7 +35,7 @@ func TestRootlessRefusalNamesEveryLayer(t *testing.T) {
 	default:
 		t.Skipf("this user can enforce every limit (exit %d): a cgroup is delegated to it", rep.ExitCode)
 	}
-	for _, want := range []string{"max_memory", "max_pids", "--allow-downgrade max_memory,max_pids", "allow_downgrade: [max_memory, max_pids]", "nothing was started"} {
+	for _, want := range []string{"max_memory", "max_pids", "max_cpu", "--allow-downgrade max_memory,max_pids,max_cpu", "allow_downgrade: [max_memory, max_pids, max_cpu]", "nothing was started"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("refusal lacks %q:\n%s", want, msg)
 		}

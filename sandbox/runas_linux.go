@@ -198,3 +198,27 @@ func checkReach(pl *plan.Plan, id identity) error {
 		return nil
 	})
 }
+
+// hostRoot reports whether uid, in the user namespace whose uid_map is at
+// path, is the host's uid 0: root in a rootful container, not in a
+// rootless one. It reads one level: a namespace nested below a container
+// that maps 0 onto 0 counts as the host's.
+func hostRoot(uid int, path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		inside, err1 := strconv.ParseInt(f[0], 10, 64)
+		outside, err2 := strconv.ParseInt(f[1], 10, 64)
+		count, err3 := strconv.ParseInt(f[2], 10, 64)
+		if err1 == nil && err2 == nil && err3 == nil && int64(uid) >= inside && int64(uid)-inside < count {
+			return outside+int64(uid)-inside == 0
+		}
+	}
+	return false
+}

@@ -42,7 +42,7 @@ func run(t *testing.T, spec policy.Spec, argv ...string) *sandbox.Report {
 	}
 	if os.Geteuid() != 0 {
 		// Rootless: no cgroup delegation on the CI host; the policy must say so.
-		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids")
+		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids", "max_cpu")
 	}
 	p, err := policy.New(spec)
 	if err != nil {

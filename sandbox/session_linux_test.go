@@ -23,7 +23,7 @@ func newSession(t *testing.T, spec policy.Spec) *sandbox.Session {
 		spec.Budget.Wall = 60 * time.Second
 	}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids")
+		spec.AllowDowngrade = append(spec.AllowDowngrade, "max_memory", "max_pids", "max_cpu")
 	}
 	p, err := policy.New(spec)
 	if err != nil {

@@ -104,7 +104,7 @@ func TestCancelledContext(t *testing.T) {
 	requireSandbox(t)
 	spec := policy.Spec{AllowedTools: []string{"sleep"}, Budget: budget.Limits{Wall: 30 * time.Second}}
 	if os.Geteuid() != 0 {
-		spec.AllowDowngrade = []string{"max_memory", "max_pids"}
+		spec.AllowDowngrade = []string{"max_memory", "max_pids", "max_cpu"}
 	}
 	p, err := policy.New(spec)
 	if err != nil {

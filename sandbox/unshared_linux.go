@@ -57,12 +57,24 @@ var weakerUnshared = []string{
 	"metadata: Landlock has no right for a file's mode, owner, times or extended attributes: the supervisor's metadata broker makes those changes for the sandbox, as its uid, on the host's files in place beneath the fs_write grants and the scratch folder only, and refuses a set-user-ID or set-group-ID bit on a file, another owner, an extended attribute but user.* and POSIX ACLs, and the protected paths; inode flags (chattr) cannot be set, and no file is created set-user-ID or set-group-ID",
 }
 
+// The report's lines on the sandbox's uid, as a user and as root.
+const (
+	weakerUIDUser = "uid: no user namespace: the sandbox runs as airlock's own uid %d, which owns the caller's files outside the grants too: Landlock keeps the sandbox from reading and writing their contents, and the metadata broker from changing their mode, owner, times or extended attributes"
+	weakerUIDRoot = "uid: no user namespace: the sandbox runs as uid %d gid %d (%s), never as root's, with no supplementary groups and every capability dropped; the files it writes belong to that uid"
+)
+
 // weakerUID is the report's line on the sandbox's uid.
 func weakerUID(id identity) string {
 	if os.Geteuid() != 0 {
-		return fmt.Sprintf("uid: no user namespace: the sandbox runs as airlock's own uid %d, which owns the caller's files outside the grants too: Landlock keeps the sandbox from reading and writing their contents, and the metadata broker from changing their mode, owner, times or extended attributes", id.UID)
+		return fmt.Sprintf(weakerUIDUser, id.UID)
 	}
-	return fmt.Sprintf("uid: no user namespace: the sandbox runs as uid %d gid %d (%s), never as root's, with no supplementary groups and every capability dropped; the files it writes belong to that uid", id.UID, id.GID, id.why)
+	return fmt.Sprintf(weakerUIDRoot, id.UID, id.GID, id.why)
+}
+
+// weakerBrokers is the report's line when the connect and metadata brokers
+// cannot read the sandbox's calls (err, connbroker.Probe's).
+func weakerBrokers(err error) string {
+	return "network and metadata: the supervisor's brokers cannot read every call of the sandbox here (" + err.Error() + "): every connect(2) is refused, and so is every change of a file's mode, owner, times or extended attributes that the metadata broker cannot read (EACCES), and these refusals are not listed among the denials"
 }
 
 // launch compiles the plan without namespaces, makes the scratch folder,
@@ -129,7 +141,7 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	b.enf.Weaker = append(b.enf.Weaker, weakerUnshared...)
 	b.enf.Weaker = append(b.enf.Weaker, weakerUID(id))
 	if brokerErr != nil {
-		b.enf.Weaker = append(b.enf.Weaker, "network and metadata: the supervisor's brokers cannot read every call of the sandbox here ("+brokerErr.Error()+"): every connect(2) is refused, and so is every change of a file's mode, owner, times or extended attributes that the metadata broker cannot read (EACCES), and these refusals are not listed among the denials")
+		b.enf.Weaker = append(b.enf.Weaker, weakerBrokers(brokerErr))
 	}
 	for _, m := range b.pl.Mounts {
 		if m.Writable && !m.File {

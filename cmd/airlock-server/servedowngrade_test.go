@@ -26,7 +26,7 @@ func TestServeAllowDowngrade(t *testing.T) {
 		t.Errorf("serve --allow-downgrade max_memroy = %v:\n%s\nwant a refusal naming it", err, out)
 	}
 
-	cmd := exec.CommandContext(ctx, serverBin, "serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--allow-downgrade", "max_memory,max_pids")
+	cmd := exec.CommandContext(ctx, serverBin, "serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--allow-downgrade", "max_memory,max_pids,max_cpu")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func TestCSVInjectionInPod(t *testing.T) {
 	defer cancel()
 	evil := airtest.NewAttacker(t)
 	url := "http://127.0.0.1:" + strconv.Itoa(evil.Port()) + "/collect"
-	run := `airlock run --isolation landlock --allow-downgrade staged_writes,max_memory,max_pids \
+	run := `airlock run --isolation landlock --allow-downgrade staged_writes,max_memory,max_pids,max_cpu \
   --policy policy.yaml --env HOME=/home/agent --env ATTACKER_URL="$ATTACKER_URL" --json -- python3 ../agent_snippet.py > /report/report.json 2>/report/stderr
 code=$?; cp out/trend.txt /report/ 2>/dev/null; exit $code`
 

@@ -139,14 +139,15 @@ func Golden(t testing.TB, name string, got []byte) {
 
 // RootlessDowngrades is what a test's policy accepts so that it runs as a
 // normal user, where no cgroup is delegated (this machine, and most):
-// max_memory and max_pids, which only cgroups enforce. As root it is nil,
+// max_memory, max_pids and max_cpu, which only cgroups enforce for the
+// whole tree. As root it is nil,
 // so CI's root run enforces, and tests, every limit. A test of those
 // limits themselves needs root (RequireRoot), not this.
 func RootlessDowngrades() []string {
 	if os.Geteuid() == 0 {
 		return nil
 	}
-	return []string{"max_memory", "max_pids"}
+	return []string{"max_memory", "max_pids", "max_cpu"}
 }
 
 // RootlessFlags is RootlessDowngrades as `airlock run` flags.

@@ -382,7 +382,7 @@ func evaluateCgroup(f Facts, check func(string, bool, string, string), layer fun
 		return
 	}
 	check("cgroup", false, detail+"; "+strings.Join(missing, "; "),
-		"runs are refused unless the policy accepts allow_downgrade: max_memory, max_pids (run as root or delegate a cgroup v2 subtree)")
+		"runs are refused unless the policy accepts allow_downgrade: max_memory, max_pids, max_cpu (run as root or delegate a cgroup v2 subtree)")
 }
 
 // evaluateAudit judges whether filesystem denials reach the report: the

@@ -16,7 +16,7 @@ type Layer string
 // The layers a policy may accept running without.
 const (
 	Landlock Layer = "landlock"   // run without Landlock (mount namespace still applies)
-	Memory   Layer = "max_memory" // no memory controller: RLIMIT_AS only
+	Memory   Layer = "max_memory" // no memory controller: the memory is not bounded
 	CPU      Layer = "max_cpu"    // no cpu controller: RLIMIT_CPU only
 	Pids     Layer = "max_pids"   // no pids controller: RLIMIT_NPROC only
 	FSAudit  Layer = "fs_audit"   // filesystem denials cannot be reported
