@@ -327,7 +327,10 @@ print("total", total)`}, OnOutput: func(stream string, data []byte) { fmt.Fprint
 // the sandbox or through the files API.
 func testServeIsolation(t *testing.T, bin string) {
 	const n = 20
-	p := startServe(t, bin, append(tempCeiling(t), "--max-sessions", strconv.Itoa(n))...)
+	// One token's n sessions each have a request body or a download in
+	// flight at once: more than the default transfers of one token
+	// (TestAttackSlowUploads tests that bound).
+	p := startServe(t, bin, append(tempCeiling(t), "--max-sessions", strconv.Itoa(n), "--max-transfers", strconv.Itoa(2*n))...)
 	c := p.client(t)
 	ctx := serveCtx(t)
 	type sess struct {
