@@ -284,8 +284,8 @@ type matrixHost struct {
 	mt *matrixTree
 	// Accepted connections and datagrams of the listeners no grant names.
 	tcp, udp, abstract, unixFile atomic.Int32
-	tcpPort, udpPort              int
-	abstractName                  string
+	tcpPort, udpPort             int
+	abstractName                 string
 	// granted is the host listener the policy grants (the control), and
 	// grantedHits its connections.
 	granted     string
@@ -407,15 +407,13 @@ var matrixWeaker = map[string]map[string]matrixCover{
 	"unshare":    {"gvisor": {sentrySyscalls, []string{"unshare "}}},
 	"ptrace":     {"gvisor": {sentrySyscalls, []string{"PTRACE_TRACEME: "}}},
 	"kernel":     {"gvisor": {sentrySyscalls, []string{"io_uring_setup: "}}},
-	"fork-bomb":  {"gvisor": {sentryLimits, []string{"processes forked under max_pids"}}},
-	"memory":     {"gvisor": {sentryLimits, []string{"a child held"}}},
+	"memory":     {"gvisor": {"gvisor: max_pids and max_memory count the sentry's and gofer's own threads and memory too", []string{"a child held"}}},
 }
 
 // The weaker lines matrixWeaker names more than once.
 const (
 	staged         = "staged_writes: fs_write folders are written in place"
 	sentrySyscalls = "gvisor: the workload's syscalls are served by gVisor's own kernel"
-	sentryLimits   = "gvisor: max_pids and max_memory count the sentry's and gofer's own threads and memory too"
 )
 
 var matrixAttacks = []matrixAttack{
@@ -1018,7 +1016,7 @@ func matrixParams(t *testing.T, h *matrixHost) map[string]any {
 		"root": mt.root, "work": mt.work, "out": mt.out, "outside": mt.outside, "home": mt.home,
 		"secret": mt.secret, "secret_w": mt.secretW, "aws": mt.aws, "rel_secret": rel, "sock": mt.sock,
 		"nonce": mt.nonce, "sup": os.Getpid(), "hashes": hashes, "markers": markers,
-		"names": []string{"secret.txt", "secret-w.txt", "other.txt", "credentials", "conformance_linux_test.go", "host.sock"},
+		"names":   []string{"secret.txt", "secret-w.txt", "other.txt", "credentials", "conformance_linux_test.go", "host.sock"},
 		"control": sum([]byte("x,y\n1,2\n")), "granted": h.granted, "banner": matrixBanner,
 		"tcp": h.tcpPort, "udp": h.udpPort, "abstract": h.abstractName, "hostips": ips, "resolvers": resolvers, "disks": disks,
 	}

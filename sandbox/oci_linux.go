@@ -301,6 +301,7 @@ func (l *ociLaunch) startLauncher(initFile *os.File, stageFD int) (*control, err
 		close(ctl.exited)
 	}()
 	ctl.onExit = l.cleanup
+	ctl.watch(func(stop <-chan struct{}) { watchOCILimits(b, l.name, stop) })
 	if stageFD >= 0 {
 		ctl.watch(func(stop <-chan struct{}) { b.stage.watch(stop, haltFull(b)) })
 	}
@@ -316,6 +317,9 @@ func (l *ociLaunch) cleanup() {
 		f.Close()
 	}
 	l.closers = nil
+	// A halt is decided again from the kernel's counters, once everything
+	// is dead: a run may end before the watcher's next look.
+	ociLimitHit(l.b, l.name)
 	removeOCICgroups(l.name)
 	_ = os.RemoveAll(l.tmp) // the janitor retries what is left
 	if l.rt.sentry {
