@@ -115,9 +115,9 @@ func matrixBackends() []matrixBackend {
 	nothing := func(*testing.T, *matrixTree) {}
 	return []matrixBackend{
 		{name: "namespaces", absent: all(userns, landlock(4)), config: plain(sandbox.Config{}),
-			downgrades: airtest.RootlessDowngrades(), timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 2 * time.Second, prepare: nothing},
+			downgrades: airtest.RootlessDowngrades(), timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 5 * time.Second, prepare: nothing},
 		{name: "landlock", absent: all(landlock(plan.NoNamespacesMinLandlock)), config: plain(sandbox.Config{Isolation: sandbox.IsolationLandlock}),
-			downgrades: append([]string{"staged_writes"}, rootlessLandlock()...), timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 2 * time.Second,
+			downgrades: append([]string{"staged_writes"}, rootlessLandlock()...), timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 5 * time.Second,
 			prepare: func(t *testing.T, mt *matrixTree) {
 				// As root the sandbox runs as the fs_write folder's owner:
 				// the project owner, whose files outside it are canaries too.
@@ -126,11 +126,11 @@ func matrixBackends() []matrixBackend {
 				}
 			}},
 		{name: "oci/crun", absent: all(isRoot, bin("/usr/bin/crun")), config: plain(sandbox.Config{Isolation: sandbox.IsolationOCI, Runtime: "crun"}),
-			timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 2 * time.Second, prepare: nothing},
+			timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 5 * time.Second, prepare: nothing},
 		{name: "oci/runc", absent: all(isRoot, bin("/usr/sbin/runc")), config: plain(sandbox.Config{Isolation: sandbox.IsolationOCI, Runtime: "runc"}),
-			timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 2 * time.Second, prepare: nothing},
+			timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 5 * time.Second, prepare: nothing},
 		{name: "gvisor", absent: all(isRoot, bin("/usr/bin/runsc")), config: plain(sandbox.Config{Isolation: sandbox.IsolationGVisor}),
-			downgrades: []string{"staged_writes"}, timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 2 * time.Second,
+			downgrades: []string{"staged_writes"}, timeout: 60 * time.Second, fatal: 10 * time.Second, loop: 5 * time.Second,
 			prepare: func(t *testing.T, mt *matrixTree) {
 				// gVisor's gofer writes the folder in place, as the
 				// sandbox's uid (TestIsolationGVisor).
@@ -145,7 +145,7 @@ func matrixBackends() []matrixBackend {
 				return sandbox.Config{Isolation: sandbox.IsolationMicroVM, Executable: init}
 			},
 			// max_wall counts the boot, seconds under emulation.
-			downgrades: []string{"staged_writes"}, timeout: 120 * time.Second, fatal: 30 * time.Second, loop: 20 * time.Second, prepare: nothing},
+			downgrades: []string{"staged_writes"}, timeout: 120 * time.Second, fatal: 30 * time.Second, loop: 30 * time.Second, prepare: nothing},
 	}
 }
 
@@ -290,6 +290,10 @@ type matrixHost struct {
 	// grantedHits its connections.
 	granted     string
 	grantedHits atomic.Int32
+	// grantedBanner is a granted listener like those no grant names, and
+	// bannerHits its connections: the control of their counting.
+	grantedBanner string
+	bannerHits    atomic.Int32
 	// meta holds each canary's metadata before the runs.
 	meta map[string]string
 }
@@ -354,6 +358,12 @@ func (h *matrixHost) listen(t *testing.T) {
 		}
 	}()
 	h.granted = serve(t, &h.grantedHits, "granted")
+	l, err = net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.grantedBanner = "host.airlock.internal:" + portOf(l.Addr().String())
+	accept(l, &h.bannerHits)
 }
 
 // matrixCell is one backend's outcome of one attack.
@@ -421,6 +431,7 @@ var matrixAttacks = []matrixAttack{
 A.attempt("read the granted file", read(P["work"] + "/data.csv", CONTROL))
 A.attempt("write into the fs_write folder", write(P["out"] + "/control.txt", "w"))
 A.attempt("fetch the granted host through the proxy", fetch("http://" + P["granted"] + "/", b"granted"))
+A.attempt("CONNECT through the proxy to a granted listener like the others", proxied("CONNECT", P["granted_banner"]))
 `},
 	{id: "read-secret", desc: "Read a file outside the grants: a secret, planted cloud credentials, `/etc/shadow`, the folder that holds them", py: `
 for p in [P["secret"], P["secret_w"], P["aws"], "/etc/shadow", P["root"], P["home"] + "/.aws"]:
@@ -841,7 +852,7 @@ def proxied(method, target):
             s.sendall(("GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (target, target)).encode())
         else:
             s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
-        data = b""
+        data, sent = b"", False
         while len(data) < 1 << 16:
             try:
                 chunk = s.recv(4096)
@@ -849,7 +860,13 @@ def proxied(method, target):
                 break
             if not chunk: break
             data += chunk
-            if method == "CONNECT" and b"\r\n\r\n" in data and not data.startswith(b"HTTP/1.1 200"): break
+            if method == "CONNECT" and b"\r\n\r\n" in data:
+                if not data.startswith(b"HTTP/1.1 200"): break
+                if not sent:
+                    # The proxy dials once the client's first bytes show
+                    # the protocol.
+                    s.sendall(b"hello\r\n")
+                    sent = True
         s.close()
         if P["banner"].encode() in data: return "the host's listener answered"
         status = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/") else repr(data[:40])
@@ -1017,7 +1034,7 @@ func matrixParams(t *testing.T, h *matrixHost) map[string]any {
 		"secret": mt.secret, "secret_w": mt.secretW, "aws": mt.aws, "rel_secret": rel, "sock": mt.sock,
 		"nonce": mt.nonce, "sup": os.Getpid(), "hashes": hashes, "markers": markers,
 		"names":   []string{"secret.txt", "secret-w.txt", "other.txt", "credentials", "conformance_linux_test.go", "host.sock"},
-		"control": sum([]byte("x,y\n1,2\n")), "granted": h.granted, "banner": matrixBanner,
+		"control": sum([]byte("x,y\n1,2\n")), "granted": h.granted, "granted_banner": h.grantedBanner, "banner": matrixBanner,
 		"tcp": h.tcpPort, "udp": h.udpPort, "abstract": h.abstractName, "hostips": ips, "resolvers": resolvers, "disks": disks,
 	}
 }
@@ -1106,7 +1123,7 @@ func matrixBackendRun(t *testing.T, b matrixBackend, cells map[string]matrixCell
 	if err := os.WriteFile(probe, []byte(matrixProbe(matrixParams(t, h), mt)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	spec := policy.Spec{FSRead: []string{mt.work, mt.probe}, FSWrite: []string{mt.out}, NetHosts: []string{h.granted}}
+	spec := policy.Spec{FSRead: []string{mt.work, mt.probe}, FSWrite: []string{mt.out}, NetHosts: []string{h.granted, h.grantedBanner}}
 	rep := matrixRun(t, b, cfg, spec, "/usr/bin/python3", probe)
 	lines := map[string]matrixLine{}
 	for _, l := range strings.Split(rep.Stdout, "\n") {
@@ -1124,8 +1141,9 @@ func matrixBackendRun(t *testing.T, b matrixBackend, cells map[string]matrixCell
 	// The control: a granted read, write and host are seen as such, so
 	// that the probe's refusals mean something.
 	ctl := lines["control"]
-	if len(ctl.Hits) != 3 || h.grantedHits.Load() == 0 {
-		t.Errorf("%s: the control failed (the probe must reach what is granted, or its refusals prove nothing): %+v, granted listener hits %d", b.name, ctl, h.grantedHits.Load())
+	if len(ctl.Hits) != 4 || h.grantedHits.Load() == 0 || h.bannerHits.Load() == 0 {
+		t.Errorf("%s: the control failed (the probe must reach what is granted, or its refusals prove nothing): %+v, granted listeners' connections %d and %d",
+			b.name, ctl, h.grantedHits.Load(), h.bannerHits.Load())
 	}
 	if got, err := os.ReadFile(filepath.Join(mt.out, "control.txt")); err != nil || string(got) != "airlock-matrix\n" {
 		t.Errorf("%s: the control's write did not reach the host: %q, %v", b.name, got, err)
