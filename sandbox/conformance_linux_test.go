@@ -410,6 +410,12 @@ var matrixWeaker = map[string]map[string]matrixCover{
 	"scratch": {
 		"landlock": {"/tmp: no private /tmp", []string{"halted by max_scratch once the scratch folder held more than it"}},
 	},
+	// A normal user without a delegated cgroup runs these two backends
+	// with max_pids and max_memory downgraded (RootlessDowngrades).
+	"fork-bomb": {
+		"namespaces": {"max_pids: no pids cgroup", []string{"processes forked under max_pids"}},
+		"landlock":   {"max_pids: no pids cgroup", []string{"processes forked under max_pids"}},
+	},
 	"dev": {
 		"gvisor": {"gvisor: /dev and /dev/shm are the sentry's own writable tmpfs", []string{"create /dev/: ", "create /dev/shm/: ", "mkdir /dev/: "}},
 	},
@@ -417,7 +423,11 @@ var matrixWeaker = map[string]map[string]matrixCover{
 	"unshare":    {"gvisor": {sentrySyscalls, []string{"unshare "}}},
 	"ptrace":     {"gvisor": {sentrySyscalls, []string{"PTRACE_TRACEME: "}}},
 	"kernel":     {"gvisor": {sentrySyscalls, []string{"io_uring_setup: "}}},
-	"memory":     {"gvisor": {"gvisor: max_pids and max_memory count the sentry's and gofer's own threads and memory too", []string{"a child held"}}},
+	"memory": {
+		"gvisor":     {"gvisor: max_pids and max_memory count the sentry's and gofer's own threads and memory too", []string{"a child held"}},
+		"namespaces": {"max_memory: no memory cgroup", []string{"the run was not halted by max_memory", "a child held"}},
+		"landlock":   {"max_memory: no memory cgroup", []string{"the run was not halted by max_memory", "a child held"}},
+	},
 }
 
 // The weaker lines matrixWeaker names more than once.
@@ -502,7 +512,22 @@ for src in [P["secret"], P["secret_w"]]:
 sup = P["sup"]
 for p in ["/proc/1/root" + P["secret"], "/proc/%d/root%s" % (sup, P["secret"]), "/proc/%d/root/etc/shadow" % sup, "/proc/%d/environ" % sup, "/proc/%d/cwd" % sup, "/proc/%d/cwd/" % sup]:
     A.attempt("read " + p, read(p))
-A.attempt("list the supervisor's fds", lambda: "listed %d fds" % len(os.listdir("/proc/%d/fd" % sup)))
+A.attempt("list the supervisor's fd numbers", lambda: "listed %d" % len(os.listdir("/proc/%d/fd" % sup)), inside=True)
+def sup_fds():
+    d = "/proc/%d/fd" % sup
+    got = []
+    for n in os.listdir(d):
+        try:
+            got.append("%s -> %s" % (n, os.readlink(d + "/" + n)))
+        except OSError:
+            pass
+        try:
+            os.close(os.open(d + "/" + n, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))
+            got.append("reopened " + n)
+        except OSError:
+            pass
+    return got and "; ".join(got[:6])
+A.attempt("read or reopen the supervisor's fds", sup_fds)
 A.attempt("open the supervisor's memory", lambda: os.close(os.open("/proc/%d/mem" % sup, os.O_RDONLY)) or "opened")
 `},
 	{id: "write-outside", desc: "Write outside `fs_write`: into the `fs_read` grant, a sibling folder, HOME's rc file, `/etc`, `/usr`, `/`", host: func(h *matrixHost) []string {
@@ -1332,7 +1357,9 @@ print("looping", flush=True)
 while True:
     pass
 `
-	rep := matrixRun(t, b, cfg, policy.Spec{Budget: budget.Limits{Wall: b.loop}}, "/usr/bin/python3", "-c", code, mark)
+	// max_cpu well past what two spinning processes spend by max_wall
+	// (a microVM's counts its boot and emulation too).
+	rep := matrixRun(t, b, cfg, policy.Spec{Budget: budget.Limits{Wall: b.loop, CPU: 4 * b.loop}}, "/usr/bin/python3", "-c", code, mark)
 	if !strings.Contains(rep.Stdout, "looping") {
 		t.Errorf("%s: the loop never ran (%s): the run proves nothing; raise the backend's loop deadline", b.name, ended(rep))
 	}
