@@ -689,6 +689,29 @@ for pid, who in [(1, "pid 1"), (P["sup"], "the supervisor")]:
     remote = struct.pack("QQ", 0x400000, 64)
     A.attempt("process_vm_readv " + who, sysc("process_vm_readv", pid, local, 1, remote, 1, 0))
 `},
+	{id: "signal", desc: "Signal a process outside the sandbox: the supervisor (signal 0, which only checks the right to)", py: `
+A.attempt("kill(supervisor, 0)", lambda: os.kill(P["sup"], 0) or "allowed")
+`},
+	{id: "kernel-settings", desc: "Open kernel settings for writing: `/proc/sys`, `/proc/sysrq-trigger`, `/sys`, the cgroup filesystem", py: `
+paths = ["/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger", "/sys/kernel/mm/transparent_hugepage/enabled",
+         "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/memory/cgroup.procs", "/sys/fs/cgroup/pids/cgroup.procs"]
+try:
+    for line in open("/proc/self/cgroup"):
+        rel = line.strip().split(":", 2)[2]
+        paths += ["/sys/fs/cgroup" + rel + "/memory.max", "/sys/fs/cgroup/memory" + rel + "/memory.limit_in_bytes", "/sys/fs/cgroup/pids" + rel + "/pids.max"]
+except (OSError, IndexError):
+    pass
+def open_w(p):
+    # Opened, never written; a masked path is the null device.
+    def f():
+        fd = os.open(p, os.O_WRONLY)
+        st = os.fstat(fd)
+        os.close(fd)
+        return not (stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 3)) and "opened"
+    return f
+for p in paths:
+    A.attempt("open " + p + " for writing", open_w(p))
+`},
 	{id: "keyctl", desc: "Use the kernel's keyrings (`add_key`, `keyctl`, `request_key`)", py: `
 A.attempt("add_key to the session keyring", inchild(sysc("add_key", "user", "airlock-matrix", b"x", 1, -3)))
 A.attempt("keyctl join a session keyring", inchild(sysc("keyctl", 1, "airlock-matrix")))
@@ -765,7 +788,7 @@ func metaOf(p string) string {
 
 // matrixPrelude is the probe's helpers, after metaPrelude's.
 const matrixPrelude = `
-import json, socket, hashlib, tempfile, time, urllib.request, urllib.error, urllib.parse, http.client
+import json, socket, stat, hashlib, tempfile, time, urllib.request, urllib.error, urllib.parse, http.client
 NR.update({
   "x86_64": dict(mount=165, umount2=166, pivot_root=155, chroot=161, fsopen=430, open_tree=428, unshare=272, setns=308, ptrace=101,
     process_vm_readv=310, add_key=248, keyctl=250, request_key=249, bpf=321, perf_event_open=298, init_module=175, finit_module=313,
