@@ -261,12 +261,15 @@ func (b *box) deliver(ctl *control, m nsinit.Message) {
 		ctl.kill()
 	case nsinit.MsgHalt:
 		// A microVM's guest: its own cgroup refused a fork or killed for
-		// memory (sent before the exit of the exec it ended).
+		// memory (seen while it runs, or at the exit of the exec it
+		// ended). The run is halted and the VM ended, everything in it.
 		switch budget.Limit(m.Stage) {
 		case budget.MaxMemory:
-			b.halt(budget.MaxMemory, "a process reached max_memory and was killed by the guest's kernel")
+			b.halt(budget.MaxMemory, "a process reached max_memory and was killed by the guest's kernel, and the sandbox was stopped")
+			ctl.kill()
 		case budget.MaxPids:
 			b.halt(budget.MaxPids, "the process tree reached max_pids in the guest: a fork was refused, and the sandbox was stopped")
+			ctl.kill()
 		default:
 			b.log.Error("sandbox: a halt for an unknown limit", "limit", m.Stage)
 		}

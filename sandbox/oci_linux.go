@@ -21,7 +21,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
 	"github.com/airlock-sandbox/airlock/plan"
-	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
 // ociRuntime is one runtime airlock can drive.
@@ -302,9 +301,7 @@ func (l *ociLaunch) startLauncher(initFile *os.File, stageFD int) (*control, err
 		close(ctl.exited)
 	}()
 	ctl.onExit = l.cleanup
-	// The runtime's cgroup enforces max_memory and max_pids; a blown one
-	// halts the whole tree, as under airlock's own init.
-	ctl.watch(func(stop <-chan struct{}) { l.watchLimits(stop) })
+	ctl.watch(func(stop <-chan struct{}) { watchOCILimits(b, l.name, stop) })
 	if stageFD >= 0 {
 		ctl.watch(func(stop <-chan struct{}) { b.stage.watch(stop, haltFull(b)) })
 	}
@@ -316,55 +313,18 @@ func (l *ociLaunch) startLauncher(initFile *os.File, stageFD int) (*control, err
 // the container's cgroups, the network namespace's thread, the work
 // directory.
 func (l *ociLaunch) cleanup() {
-	l.limitHit() // the kernel's counters decide, once everything is dead
 	for _, f := range l.closers {
 		f.Close()
 	}
 	l.closers = nil
+	// A halt is decided again from the kernel's counters, once everything
+	// is dead: a run may end before the watcher's next look.
+	ociLimitHit(l.b, l.name)
 	removeOCICgroups(l.name)
 	_ = os.RemoveAll(l.tmp) // the janitor retries what is left
 	if l.rt.sentry {
 		chownBack(l.b.cfg.Policy.FSWrite(), l.id)
 	}
-}
-
-// ociLimitsPoll is how often the runtime's cgroup counters are read while
-// the sandbox runs.
-const ociLimitsPoll = 100 * time.Millisecond
-
-// watchLimits reads the container's cgroup counters until stop closes,
-// and halts and kills the sandbox when the kernel counted an OOM kill or
-// a refused fork.
-func (l *ociLaunch) watchLimits(stop <-chan struct{}) {
-	t := time.NewTicker(ociLimitsPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		if l.limitHit() {
-			l.b.kill()
-			return
-		}
-	}
-}
-
-// limitHit halts the box when the container's cgroup counted an OOM kill
-// (max_memory) or a fork refused at pids.max (max_pids), and reports
-// whether it did.
-func (l *ociLaunch) limitHit() bool {
-	ev := cgroup.EventsIn(ociCgroupDirs(l.name))
-	switch {
-	case ev.PidsMaxHits > 0:
-		l.b.halt(budget.MaxPids, "the process tree reached max_pids (the runtime's cgroup refused a fork) and was killed")
-	case ev.OOMKills > 0:
-		l.b.halt(budget.MaxMemory, "a process reached max_memory (the runtime's cgroup's OOM killer struck) and the sandbox was killed")
-	default:
-		return false
-	}
-	return true
 }
 
 // ociCgroupParent is where containers' cgroups are created in every

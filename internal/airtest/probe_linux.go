@@ -16,6 +16,10 @@ func RequireUserNS(t testing.TB) {
 	}
 }
 
+// UserNS is nil when this process can create a user namespace, else why
+// it cannot.
+func UserNS() error { return probeUserNS() }
+
 func probeUserNS() error {
 	b, err := os.ReadFile("/proc/sys/user/max_user_namespaces")
 	if err != nil {

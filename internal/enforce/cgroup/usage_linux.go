@@ -3,7 +3,6 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -140,25 +139,3 @@ func (g *Group) Events() (Events, error) {
 	return e, nil
 }
 
-// EventsIn reads the OOM kills and refused forks counted in the
-// directories of a group airlock did not make (an OCI runtime's
-// container, one directory per mounted hierarchy): memory.oom_control's
-// or memory.events' oom_kill and pids.events' max, summed over the
-// directories that hold them. Missing directories and files count
-// nothing.
-func EventsIn(dirs []string) Events {
-	var e Events
-	for _, d := range dirs {
-		for _, f := range []string{"memory.oom_control", "memory.events"} {
-			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil {
-				n, _ := keyed(string(b), "oom_kill")
-				e.OOMKills += n
-			}
-		}
-		if b, err := os.ReadFile(filepath.Join(d, "pids.events")); err == nil {
-			n, _ := keyed(string(b), "max")
-			e.PidsMaxHits += n
-		}
-	}
-	return e
-}

@@ -252,6 +252,30 @@ func (g *guestEvents) halts() []Message {
 	return out
 }
 
+// guestLimitPoll is how often the guest's cgroup counters are read.
+const guestLimitPoll = 50 * time.Millisecond
+
+// watchGuestLimits tells the host, while the sandbox runs, when its cgroup
+// in the guest killed for memory or refused a fork, and the host halts the
+// run and ends the VM (as airlock's own cgroup watcher does on the host):
+// a child killed for memory does not leave the rest running to max_wall.
+func watchGuestLimits(l *link, events *guestEvents, stop <-chan struct{}) {
+	t := time.NewTicker(guestLimitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		for _, h := range events.halts() {
+			if l.sendMsg(h) != nil {
+				return
+			}
+		}
+	}
+}
+
 // startGuestInit starts airlock's init from self in the plan's namespaces
 // of the guest kernel, hands it the plan and lets it go. It returns the
 // guest end of the init's control socket.
@@ -317,6 +341,9 @@ func bridgeGuest(l *link, sock int, events *guestEvents) {
 	stdin := map[string]*os.File{} // guarded by mu: exec ID -> the write end of its stdin
 	pc := newProxyConns(l)
 	defer pc.closeAll()
+	stop := make(chan struct{})
+	defer close(stop)
+	go watchGuestLimits(l, events, stop)
 	done := make(chan struct{}, 2)
 	go func() { // the init's messages to the host; fds stay in the guest
 		defer func() { done <- struct{}{} }()

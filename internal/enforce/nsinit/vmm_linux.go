@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/enforce/seccomp"
 )
 
 // VMMArg0 is argv[0] of the VMM launcher: pid 1 of the host-side sandbox
@@ -130,6 +132,16 @@ func vmm() error {
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	// QEMU writes the fs_write grants in place, idmapped to their owner:
+	// a set-user-ID bit the guest asks for would be root's on the host.
+	// A filter under QEMU's own refuses every such mode.
+	prog, err := seccomp.NoSetID(seccomp.Options{})
+	if err == nil {
+		err = seccomp.Install(prog)
+	}
+	if err != nil {
+		return fmt.Errorf("QEMU's filter against set-user-ID files: %w", err)
 	}
 	console := &consoleTail{}
 	out := io.MultiWriter(os.Stderr, console)
