@@ -138,4 +138,3 @@ func (g *Group) Events() (Events, error) {
 	}
 	return e, nil
 }
-
