@@ -17,12 +17,36 @@ import (
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
-// Plan compiles the plan this Cmd would run, without running anything.
+// Plan compiles the plan this Cmd would run on its isolation, without
+// running anything. What a run makes for itself stands in: the landlock
+// backend's scratch folder is named $TMPDIR/airlock-scratch-RANDOM (a
+// run's name is random), and a policy's credentials add no trust bundle
+// (a run's holds the CA it makes; an export adds no credential).
 func (c *Cmd) Plan() (*plan.Plan, error) {
 	if c.Policy == nil {
 		return nil, errNoPolicy
 	}
-	return c.Config.compile(plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted})
+	t := plan.Target{Backend: targetOf(c.Isolation)}
+	if t.Backend == plan.BackendLandlock {
+		t.Scratch = filepath.Join(os.TempDir(), "airlock-scratch-RANDOM")
+	}
+	return c.Config.compile(c.request(t))
+}
+
+// request is the plan.Request of c's command, for target t.
+func (c *Cmd) request(t plan.Target) plan.Request {
+	return plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted, Target: t}
+}
+
+// targetOf is the backend a plan is compiled for under an isolation
+// (Config.Isolation); an unknown one compiles for the namespaces backend
+// (backendFor refuses it).
+func targetOf(isolation string) plan.Backend {
+	switch isolation {
+	case IsolationLandlock, IsolationOCI, IsolationGVisor, IsolationMicroVM:
+		return plan.Backend(isolation)
+	}
+	return plan.BackendNamespaces
 }
 
 // compile compiles req under the policy as the sandbox sees it (its view:

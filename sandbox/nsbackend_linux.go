@@ -37,9 +37,6 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.prepareCredentials(); err != nil {
-		return nil, err
-	}
 	if err := b.openStageAndLimits("namespaces", func() (*limits, error) { return newLimits(b.pl.Limits, b.sink) }); err != nil {
 		return nil, err
 	}
@@ -52,6 +49,13 @@ func (nsBackend) launch(b *box) (*control, error) {
 		b.stage, b.lim, b.enf = nil, nil, Enforcement{FSDenials: b.enf.FSDenials}
 		if why, ok := usernsRefused(err); ok {
 			if b.cfg.Policy.AcceptsDowngrade(policy.DowngradeNamespaces) {
+				// The landlock backend's plan, compiled afresh from the
+				// box's request: a plan is never changed once compiled.
+				c, err := b.cfg.compileLandlock(b.req)
+				if err != nil {
+					return nil, err
+				}
+				b.pl, b.req, b.creds, b.ca = c.pl, c.req, c.creds, c.ca
 				return unsharedBackend{why: why}.launch(b)
 			}
 			return nil, fmt.Errorf("%s: nothing was started; to run without namespaces (Landlock and seccomp only: what is weaker is in airlock doctor and the report), add namespaces to allow_downgrade, or run where user namespaces can be created", why)
@@ -298,6 +302,7 @@ func (in *initProc) handOverPlan(b *box) error {
 	if b.lim.group != nil {
 		in.ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
 	}
+	b.handOver()
 	pb, err := b.pl.MarshalBinary()
 	if err == nil {
 		_, err = in.planW.Write(pb)

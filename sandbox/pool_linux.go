@@ -317,10 +317,6 @@ func (pb pooledBackend) launch(b *box) (*control, error) {
 	// The pool replaces the init refillDelay after b is ready or has failed.
 	b.onReady(func() { time.AfterFunc(refillDelay, pb.st.fill) })
 	pb.st.learn(b.pl)
-	if err := b.prepareCredentials(); err != nil {
-		in.discard()
-		return nil, err
-	}
 	var unfit bool
 	err := b.openStageAndLimits("namespaces", func() (*limits, error) {
 		l, err := warmLimits(in, b.pl.Limits, b.sink)

@@ -1,0 +1,173 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/airtest"
+	"github.com/airlock-sandbox/airlock/plan"
+	"github.com/airlock-sandbox/airlock/policy"
+	"github.com/airlock-sandbox/airlock/policy/budget"
+)
+
+// TestPlanHandedOverIsCompiled: on every backend, and for a policy with
+// credentials, the plan the backend hands its control process is, byte
+// for byte, the plan compiled for that backend, which airlock explain
+// --isolation prints (Cmd.Plan): no backend changes a plan once compiled.
+// What a run makes for itself is taken from the plan handed over: the
+// landlock backend's scratch folder name, the trust bundle (checked on
+// its own: the host's roots, then a certificate), and the host uid and
+// gid root inside maps to, which the runtime picks as it starts the
+// control process.
+func TestPlanHandedOverIsCompiled(t *testing.T) {
+	// Reachable by the unprivileged uid the landlock and gVisor backends
+	// run as when the test is root.
+	grant, err := os.MkdirTemp("", "airlock-planfinal-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(grant) })
+	out := filepath.Join(grant, "out")
+	if err := os.Mkdir(out, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(grant, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(out, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	root := func(bins ...string) func(*testing.T) {
+		return func(t *testing.T) {
+			airtest.RequireRoot(t)
+			for _, b := range bins {
+				airtest.RequireBinary(t, b)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name, iso string
+		creds     bool
+		require   func(*testing.T)
+	}{
+		{"namespaces", IsolationNamespaces, false, func(t *testing.T) { airtest.RequireUserNS(t); airtest.RequireLandlockABI(t, 4) }},
+		{"namespaces-credentials", IsolationNamespaces, true, func(t *testing.T) { airtest.RequireUserNS(t); airtest.RequireLandlockABI(t, 4) }},
+		{"landlock", IsolationLandlock, false, func(t *testing.T) { airtest.RequireLandlockABI(t, plan.NoNamespacesMinLandlock) }},
+		{"oci-credentials", IsolationOCI, true, root("/usr/sbin/runc")},
+		{"gvisor-credentials", IsolationGVisor, true, root("/usr/bin/runsc")},
+		{"microvm-credentials", IsolationMicroVM, true, root("/usr/bin/qemu-system-x86_64")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.require(t)
+			spec := policy.Spec{FSRead: []string{grant}, FSWrite: []string{out}, NetHosts: []string{"example.com"},
+				AllowDowngrade: []string{"staged_writes"}, Budget: budget.Limits{Wall: 60 * time.Second}}
+			if os.Geteuid() != 0 {
+				spec.AllowDowngrade = append(spec.AllowDowngrade, airtest.RootlessDowngrades()...)
+			}
+			if tc.creds {
+				spec.Credentials = []policy.Credential{{Host: "example.com", Header: "Authorization", Env: "AIRLOCK_TEST_TOKEN"}}
+			}
+			p, err := policy.New(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{Policy: p, Isolation: tc.iso, LookupEnv: func(string) (string, bool) { return "Bearer t", true }}
+			if tc.iso == IsolationMicroVM {
+				if m, _ := filepath.Glob("/lib/modules/*/kernel/fs/9p/9p.ko"); len(m) == 0 {
+					airtest.SkipOrFail(t, "no guest kernel with the 9p modules (/lib/modules/*/kernel/fs/9p/9p.ko): apt-get install linux-image-amd64")
+				}
+				cfg.Executable = staticInit(t) // the guest's initramfs needs a static init
+			}
+			var mu sync.Mutex
+			var sent [][]byte
+			cfg.handedOver = func(pl *plan.Plan) {
+				raw, err := pl.MarshalBinary()
+				if err != nil {
+					t.Errorf("encode the plan handed over: %v", err)
+				}
+				mu.Lock()
+				sent = append(sent, raw)
+				mu.Unlock()
+			}
+			cmd := &Cmd{Config: cfg, Args: []string{"/bin/true"}, CommandIsGranted: true}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			rep, err := cmd.Run(ctx)
+			if err != nil || rep.ExitCode != 0 {
+				t.Fatalf("run: %v exit %d error %q", err, rep.ExitCode, rep.Error)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(sent) != 1 {
+				t.Fatalf("the backend handed over %d plans, want 1", len(sent))
+			}
+			var got plan.Plan
+			if err := got.UnmarshalBinary(sent[0]); err != nil {
+				t.Fatal(err)
+			}
+
+			want, err := cmd.Plan() // what airlock explain --isolation prints
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.iso == IsolationLandlock || tc.creds {
+				tg := plan.Target{Backend: targetOf(tc.iso), Scratch: got.Scratch}
+				if tc.creds {
+					tg.CABundle = func(env []string) ([]byte, error) {
+						base, err := trustBase(env)
+						if err != nil {
+							return nil, err
+						}
+						for _, m := range got.Mounts {
+							if m.Target != plan.CABundlePath {
+								continue
+							}
+							if !strings.HasPrefix(m.Data, string(base)+"\n") || !strings.HasSuffix(m.Data, "-----END CERTIFICATE-----\n") {
+								t.Errorf("the trust bundle is not the host's roots then a certificate: %d bytes, ends %q", len(m.Data), m.Data[max(0, len(m.Data)-40):])
+							}
+							return []byte(m.Data), nil
+						}
+						t.Errorf("the plan handed over has no trust bundle at %s", plan.CABundlePath)
+						return nil, nil
+					}
+				}
+				if want, err = cfg.compile(cmd.request(tg)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want.IDMap.HostUID, want.IDMap.HostGID = got.IDMap.HostUID, got.IDMap.HostGID
+			wantRaw, err := want.MarshalBinary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(sent[0], wantRaw) {
+				t.Errorf("the plan handed over differs from the plan compiled for %s:\n%s\ncompiled:\n%s", tc.iso, got.String(), want.String())
+			}
+		})
+	}
+}
+
+// staticInit builds cmd/airlock-init statically, for the microVM's guest.
+func staticInit(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		airtest.SkipOrFail(t, "the go command is not on PATH, needed to build airlock-init: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "airlock-init")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, goTool, "build", "-o", bin, "../cmd/airlock-init")
+	c.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build -o %s ../cmd/airlock-init: %v\n%s", bin, err, b)
+	}
+	return bin
+}
