@@ -33,6 +33,25 @@ func (c *Cmd) Plan() (*plan.Plan, error) {
 	return c.Config.compile(c.request(t))
 }
 
+// Explain is Plan as the run's init gets it, for airlock explain: a
+// policy's credentials add the trust bundle at plan.CABundlePath (on
+// every backend but landlock, which refuses them), whose content, the
+// host's roots and the CA each run makes, stands as a placeholder here.
+func (c *Cmd) Explain() (*plan.Plan, error) {
+	if c.Policy == nil {
+		return nil, errNoPolicy
+	}
+	t := plan.Target{Backend: targetOf(c.Isolation)}
+	if t.Backend == plan.BackendLandlock {
+		t.Scratch = filepath.Join(os.TempDir(), "airlock-scratch-RANDOM")
+	} else {
+		t.CABundle = func([]string) ([]byte, error) {
+			return []byte("# the host's trusted roots (or those SSL_CERT_FILE names), then the CA airlock makes for each run\n"), nil
+		}
+	}
+	return c.Config.compile(c.request(t))
+}
+
 // request is the plan.Request of c's command, for target t.
 func (c *Cmd) request(t plan.Target) plan.Request {
 	return plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted, Target: t}

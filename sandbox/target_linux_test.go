@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,13 +20,12 @@ import (
 
 // TestPlanHandedOverIsCompiled: on every backend, and for a policy with
 // credentials, the plan the backend hands its control process is, byte
-// for byte, the plan compiled for that backend, which airlock explain
-// --isolation prints (Cmd.Plan): no backend changes a plan once compiled.
-// What a run makes for itself is taken from the plan handed over: the
-// landlock backend's scratch folder name, the trust bundle (checked on
-// its own: the host's roots, then a certificate), and the host uid and
-// gid root inside maps to, which the runtime picks as it starts the
-// control process.
+// for byte, the plan airlock explain --isolation prints (Cmd.Explain): no
+// backend changes a plan once compiled. What a run makes for itself is
+// taken from the plan handed over: the landlock backend's scratch folder
+// name, the trust bundle's content (checked on its own: the host's roots,
+// then a certificate), and the host uid and gid root inside maps to,
+// which the runtime picks as it starts the control process.
 func TestPlanHandedOverIsCompiled(t *testing.T) {
 	// Reachable by the unprivileged uid the landlock and gVisor backends
 	// run as when the test is root.
@@ -113,34 +113,39 @@ func TestPlanHandedOverIsCompiled(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			want, err := cmd.Plan() // what airlock explain --isolation prints
+			want, err := cmd.Explain() // what airlock explain --isolation prints
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.iso == IsolationLandlock || tc.creds {
-				tg := plan.Target{Backend: targetOf(tc.iso), Scratch: got.Scratch}
-				if tc.creds {
-					tg.CABundle = func(env []string) ([]byte, error) {
-						base, err := trustBase(env)
-						if err != nil {
-							return nil, err
-						}
-						for _, m := range got.Mounts {
-							if m.Target != plan.CABundlePath {
-								continue
-							}
-							if !strings.HasPrefix(m.Data, string(base)+"\n") || !strings.HasSuffix(m.Data, "-----END CERTIFICATE-----\n") {
-								t.Errorf("the trust bundle is not the host's roots then a certificate: %d bytes, ends %q", len(m.Data), m.Data[max(0, len(m.Data)-40):])
-							}
-							return []byte(m.Data), nil
-						}
-						t.Errorf("the plan handed over has no trust bundle at %s", plan.CABundlePath)
-						return nil, nil
-					}
-				}
-				if want, err = cfg.compile(cmd.request(tg)); err != nil {
+			if tc.iso == IsolationLandlock {
+				// The run's scratch folder has a random name.
+				if want, err = cfg.compile(cmd.request(plan.Target{Backend: plan.BackendLandlock, Scratch: got.Scratch})); err != nil {
 					t.Fatal(err)
 				}
+			}
+			for i, m := range want.Mounts {
+				if m.Target != plan.CABundlePath {
+					continue
+				}
+				// The trust bundle's content is the run's: the host's
+				// roots, then the CA it made.
+				j := slices.IndexFunc(got.Mounts, func(m plan.Mount) bool { return m.Target == plan.CABundlePath })
+				if !tc.creds || j < 0 {
+					t.Fatalf("a trust bundle: explained %v, handed over %v, want both %v", true, j >= 0, tc.creds)
+				}
+				data := got.Mounts[j].Data
+				plain, err := cmd.Plan() // the environment before the bundle's variables
+				if err != nil {
+					t.Fatal(err)
+				}
+				base, err := trustBase(plain.Env)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasPrefix(data, string(base)+"\n") || !strings.HasSuffix(data, "-----END CERTIFICATE-----\n") {
+					t.Errorf("the trust bundle is not the host's roots then a certificate: %d bytes, ends %q", len(data), data[max(0, len(data)-40):])
+				}
+				want.Mounts[i].Data = data
 			}
 			want.IDMap.HostUID, want.IDMap.HostGID = got.IDMap.HostUID, got.IDMap.HostGID
 			wantRaw, err := want.MarshalBinary()

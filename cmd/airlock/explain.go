@@ -52,7 +52,7 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	// The plan compiled for the backend, as its init gets it (the landlock
 	// backend's scratch folder is named airlock-scratch-RANDOM).
 	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: *isolation}, Args: argv, Dir: pf.Cwd(), CommandIsGranted: true}
-	pl, err := cmd.Plan()
+	pl, err := cmd.Explain()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
