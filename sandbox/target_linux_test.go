@@ -176,3 +176,16 @@ func staticInit(t *testing.T) string {
 	}
 	return bin
 }
+
+// TestPoolLearnStopsAtTrustBundle: the steps a pool's next inits mount
+// ahead end before a plan's trust bundle, which holds that run's own CA.
+func TestPoolLearnStopsAtTrustBundle(t *testing.T) {
+	var st poolState
+	tmp := plan.Mount{Kind: plan.KindTmpfs, Target: "/tmp", Writable: true, Size: 1 << 20, Origin: plan.OriginSandbox}
+	hosts := plan.Mount{Kind: plan.KindFile, Target: "/etc/hosts", Data: "127.0.0.1 localhost\n", Origin: plan.OriginSandbox}
+	bundle := plan.Mount{Kind: plan.KindFile, Target: plan.CABundlePath, Data: "ROOTS\nCA\n", Origin: plan.OriginSandbox}
+	st.learn(&plan.Plan{Mounts: []plan.Mount{tmp, hosts, bundle}})
+	if !slices.Equal(st.ahead.steps, []plan.Mount{tmp, hosts}) {
+		t.Errorf("steps mounted ahead = %+v, want /tmp and /etc/hosts, not the trust bundle", st.ahead.steps)
+	}
+}
