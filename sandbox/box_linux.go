@@ -37,7 +37,10 @@ import (
 // (no user namespace, gVisor, a microVM) implements is launch, and a control
 // process that speaks the protocol:
 //
-//   - launch compiles nothing: b.pl is the plan to apply, whole. It opens
+//   - launch changes no plan: b.pl is the plan compiled for the backend
+//     (plan.Target, targetOf), to apply whole, and b.handOver marks where
+//     it goes to the control process (the namespaces backend's fallback
+//     to landlock compiles that backend's plan afresh). It opens
 //     what the box tears down (b.stage for staged writes, b.lim for the
 //     cgroup or the downgrades the plan accepts) and fills b.enf with what
 //     it enforces, so that the report says exactly that.
