@@ -295,8 +295,7 @@ func (in *initProc) handOverPlan(b *box) error {
 		if uint32(in.hostID) < m.RootFirst || uint32(in.hostID)-m.RootFirst >= m.RootCount {
 			return fmt.Errorf("airlock bug: the init maps root inside to host id %d, outside the plan's range %d+%d", in.hostID, m.RootFirst, m.RootCount)
 		}
-		b.pl.IDMap.HostUID, b.pl.IDMap.HostGID = uint32(in.hostID), uint32(in.hostID)
-		b.sandboxID = in.hostID
+		b.sandboxID = in.hostID // the init's id maps say it; the plan, compiled before, does not
 	}
 	b.fs.track(in.ctl.cmd.Process.Pid)
 	if b.lim.group != nil {

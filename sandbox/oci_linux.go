@@ -89,7 +89,7 @@ func (o ociBackend) launch(b *box) (*control, error) {
 	if b.pl.Proxy {
 		b.enf.Egress = EgressProxy
 	}
-	id := hostID(b.pl)
+	id := pickHostID(b.pl.IDMap) // the bundle maps root inside to it (oci.Options.HostID)
 	if rt.sentry {
 		// gVisor has no overlay of a host folder to stage writes on: they
 		// are made in place, which the policy must accept, by the

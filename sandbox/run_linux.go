@@ -193,10 +193,3 @@ func pickHostID(m plan.IDMap) int {
 	_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
 	return int(m.Pick(binary.LittleEndian.Uint32(b[:])))
 }
-
-// hostID picks the host uid/gid for pl and records it in the plan.
-func hostID(pl *plan.Plan) int {
-	id := pickHostID(pl.IDMap)
-	pl.IDMap.HostUID, pl.IDMap.HostGID = uint32(id), uint32(id)
-	return id
-}
