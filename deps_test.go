@@ -81,13 +81,8 @@ func goList(t *testing.T, goos string) map[string]*listedPackage {
 	return l
 }
 
-// runGo runs the go command in the repository root with a bounded time.
-func runGo(t *testing.T, args ...string) ([]byte, error) {
-	t.Helper()
-	return runGoEnv(t, nil, args...)
-}
-
-// runGoEnv is runGo with env added to the environment.
+// runGoEnv runs the go command in the repository root with env added to
+// its environment, with a bounded time.
 func runGoEnv(t *testing.T, env []string, args ...string) ([]byte, error) {
 	t.Helper()
 	ctx, cancel := contextWithTimeout(t, 5*time.Minute)
