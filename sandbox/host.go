@@ -26,11 +26,7 @@ func (c *Cmd) Plan() (*plan.Plan, error) {
 	if c.Policy == nil {
 		return nil, errNoPolicy
 	}
-	t := plan.Target{Backend: targetOf(c.Isolation)}
-	if t.Backend == plan.BackendLandlock {
-		t.Scratch = filepath.Join(os.TempDir(), "airlock-scratch-RANDOM")
-	}
-	return c.Config.compile(c.request(t))
+	return c.Config.compile(c.request(c.standIn()))
 }
 
 // Explain is Plan as the run's init gets it, for airlock explain: a
@@ -41,15 +37,23 @@ func (c *Cmd) Explain() (*plan.Plan, error) {
 	if c.Policy == nil {
 		return nil, errNoPolicy
 	}
-	t := plan.Target{Backend: targetOf(c.Isolation)}
-	if t.Backend == plan.BackendLandlock {
-		t.Scratch = filepath.Join(os.TempDir(), "airlock-scratch-RANDOM")
-	} else {
+	t := c.standIn()
+	if t.Backend != plan.BackendLandlock {
 		t.CABundle = func([]string) ([]byte, error) {
 			return []byte("# the host's trusted roots (or those SSL_CERT_FILE names), then the CA airlock makes for each run\n"), nil
 		}
 	}
 	return c.Config.compile(c.request(t))
+}
+
+// standIn is the target of c's isolation with a stand-in for the landlock
+// backend's scratch folder.
+func (c *Cmd) standIn() plan.Target {
+	t := plan.Target{Backend: targetOf(c.Isolation)}
+	if t.Backend == plan.BackendLandlock {
+		t.Scratch = filepath.Join(os.TempDir(), "airlock-scratch-RANDOM")
+	}
+	return t
 }
 
 // request is the plan.Request of c's command, for target t.
