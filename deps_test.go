@@ -40,47 +40,57 @@ type listedPackage struct {
 	Error      *struct{ Err string }
 }
 
+// ruleGOOS are the systems the dependency rules are checked for: the
+// sandbox's, and darwin's, where policy, plan, explain and export build.
+var ruleGOOS = []string{"linux", "darwin"}
+
 var (
-	listOnce sync.Once
-	listed   map[string]*listedPackage // by import path, deps included
-	listErr  error
+	listMu sync.Mutex
+	listed = map[string]map[string]*listedPackage{} // by GOOS, then import path, deps included
 )
 
-// goList runs `go list -deps -json ./...` once per test binary. Without
-// -test, Deps and Imports are those of the production build.
-func goList(t *testing.T) map[string]*listedPackage {
+// goList runs `go list -deps -json ./...` for goos once per test binary.
+// Without -test, Deps and Imports are those of the production build.
+func goList(t *testing.T, goos string) map[string]*listedPackage {
 	t.Helper()
-	listOnce.Do(func() {
-		out, err := runGo(t, "list", "-e", "-deps", "-json", "./...")
-		if err != nil {
-			listErr = err
-			return
-		}
-		listed = make(map[string]*listedPackage)
-		dec := json.NewDecoder(bytes.NewReader(out))
-		for {
-			p := new(listedPackage)
-			if err := dec.Decode(p); err == io.EOF {
-				break
-			} else if err != nil {
-				listErr = err
-				return
-			}
-			listed[p.ImportPath] = p
-		}
-	})
-	if listErr != nil {
-		t.Fatalf("go list: %v", listErr)
+	listMu.Lock()
+	defer listMu.Unlock()
+	if l, ok := listed[goos]; ok {
+		return l
 	}
-	return listed
+	env := []string{"GOOS=" + goos}
+	if goos != runtime.GOOS {
+		env = append(env, "GOARCH=arm64") // as .ci/run's darwin step
+	}
+	out, err := runGoEnv(t, env, "list", "-e", "-deps", "-json", "./...")
+	if err != nil {
+		t.Fatalf("go list (GOOS=%s): %v", goos, err)
+	}
+	l := make(map[string]*listedPackage)
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		p := new(listedPackage)
+		if err := dec.Decode(p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go list (GOOS=%s): %v", goos, err)
+		}
+		l[p.ImportPath] = p
+	}
+	listed[goos] = l
+	return l
 }
 
-// runGo runs the go command in the repository root with a bounded time.
-func runGo(t *testing.T, args ...string) ([]byte, error) {
+// runGoEnv runs the go command in the repository root with env added to
+// its environment, with a bounded time.
+func runGoEnv(t *testing.T, env []string, args ...string) ([]byte, error) {
 	t.Helper()
 	ctx, cancel := contextWithTimeout(t, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool(t), args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -118,11 +128,12 @@ func rel(path string) string {
 	return strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
 }
 
-// modulePackages returns this module's packages matched by ./..., sorted.
-func modulePackages(t *testing.T) []*listedPackage {
+// modulePackages returns this module's packages matched by ./... for
+// goos, sorted.
+func modulePackages(t *testing.T, goos string) []*listedPackage {
 	t.Helper()
 	var pkgs []*listedPackage
-	for _, p := range goList(t) {
+	for _, p := range goList(t, goos) {
 		if !ours(p.ImportPath) || p.DepOnly {
 			continue
 		}
@@ -149,10 +160,10 @@ type graph struct {
 	std  func(path string) bool
 }
 
-func realGraph(t *testing.T) graph {
+func realGraph(t *testing.T, goos string) graph {
 	t.Helper()
-	all := goList(t)
-	return graph{pkgs: modulePackages(t), std: func(path string) bool {
+	all := goList(t, goos)
+	return graph{pkgs: modulePackages(t, goos), std: func(path string) bool {
 		p, ok := all[path]
 		return ok && p.Standard // unknown paths count as outside std
 	}}
@@ -208,6 +219,15 @@ var depRules = []depRule{
 	{name: "enforce-offline", pkgs: []string{"./internal/enforce/..."}, deps: true,
 		deny: []string{"net/http", "./egress/...", "./server/...", "./mcp/..."},
 		why:  "the code that applies the restrictions never links an HTTP stack or a network front end, not even through another package"},
+	{name: "enforce-below-sandbox", pkgs: []string{"./internal/enforce/..."}, deps: true,
+		deny: []string{"./sandbox/..."},
+		why:  "the kernel layers sit below the supervisor: the code that applies a restriction (and the re-executed init, which links it) never reaches back into the box that drives it"},
+	{name: "egress-below-sandbox", pkgs: []string{"./egress/..."}, deps: true,
+		deny: []string{"./sandbox/..."},
+		why:  "the egress proxy decides by the policy alone: the box serves it (box.serveProxy), and the proxy never reaches back into the box"},
+	// Not a rule yet: "sandbox never imports export/...". The OCI and
+	// gVisor backends build their bundle with export/oci.Config
+	// (sandbox/oci_linux.go), so sandbox imports export/oci today.
 	{name: "export-skips-enforce", pkgs: []string{"./export/..."}, deps: true,
 		deny: []string{"./internal/enforce/..."},
 		why:  "exports are pure translations of the plan (its seccomp profile included, plan.Seccomp) and never reach the enforcement code"},
@@ -320,21 +340,24 @@ func (r depRule) check(g graph) []string {
 	return bad
 }
 
-// TestDependencyRules applies every rule to this module. A rule whose
-// packages do not exist checks nothing, which is an error too.
+// TestDependencyRules applies every rule to this module, built for each
+// of ruleGOOS. A rule whose packages do not exist checks nothing, which
+// is an error too.
 func TestDependencyRules(t *testing.T) {
-	g := realGraph(t)
-	for _, r := range depRules {
-		t.Run(r.name, func(t *testing.T) {
-			for _, pat := range r.pkgs {
-				if !slices.ContainsFunc(g.pkgs, func(p *listedPackage) bool { return g.match(pat, p.ImportPath) }) {
-					t.Errorf("no package matches %q: the rule checks nothing", pat)
+	for _, goos := range ruleGOOS {
+		g := realGraph(t, goos)
+		for _, r := range depRules {
+			t.Run(goos+"/"+r.name, func(t *testing.T) {
+				for _, pat := range r.pkgs {
+					if !slices.ContainsFunc(g.pkgs, func(p *listedPackage) bool { return g.match(pat, p.ImportPath) }) {
+						t.Errorf("no package matches %q: the rule checks nothing", pat)
+					}
 				}
-			}
-			for _, msg := range r.check(g) {
-				t.Error(msg)
-			}
-		})
+				for _, msg := range r.check(g) {
+					t.Error(msg)
+				}
+			})
+		}
 	}
 }
 
@@ -369,6 +392,10 @@ func TestDependencyRulesCatch(t *testing.T) {
 		{"enforce-offline", pkg("internal/enforce/mount", nil, []string{"net/http"})},
 		{"enforce-offline", pkg("internal/enforce/nsinit", nil, []string{m("egress")})},
 		{"enforce-offline", pkg("internal/enforce/seccomp", nil, []string{m("server/api")})},
+		{"enforce-below-sandbox", pkg("internal/enforce/nsinit", []string{m("sandbox")}, []string{m("sandbox")})},
+		{"enforce-below-sandbox", pkg("internal/enforce/cgroup", nil, []string{m("sandbox")})},
+		{"egress-below-sandbox", pkg("egress", nil, []string{m("sandbox")})},
+		{"egress-below-sandbox", pkg("egress/egresstest", []string{m("sandbox")}, []string{m("sandbox")})},
 		{"export-skips-enforce", pkg("export/oci", nil, []string{m("internal/enforce/mount")})},
 		{"export-skips-enforce", pkg("export/k8s", nil, []string{m("internal/enforce/cgroup")})},
 		{"export-skips-enforce", pkg("export/oci", []string{m("internal/enforce/seccomp")}, []string{m("internal/enforce/seccomp")})},
@@ -475,6 +502,57 @@ func TestDependencyRulesCatch(t *testing.T) {
 		if got := r.check(graph{pkgs: ok, std: std}); len(got) > 0 {
 			t.Errorf("rule %s rejects an allowed module: %v", r.name, got)
 		}
+	}
+}
+
+// planEditsAllowed are the calls of plan's With* functions that
+// production code outside plan/ makes, by file, and why.
+var planEditsAllowed = map[string]string{
+	"export/oci/oci.go": "WithoutTransparentEgressCopy", // an exported sandbox has no connect broker: a copy, the caller's plan is left as it is
+	"export/k8s/k8s.go": "WithoutTransparentEgressCopy", // as export/oci
+}
+
+// TestNoPlanEditsOutsidePlan: a plan is final once compiled for its
+// backend (plan.Target): production code outside plan/ calls none of
+// plan's With* functions, which change a plan, but the exports' copies
+// (planEditsAllowed).
+func TestNoPlanEditsOutsidePlan(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, path := range goSourceFiles(t) {
+		slash := filepath.ToSlash(path)
+		if strings.HasSuffix(path, "_test.go") || strings.HasPrefix(slash, "plan/") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution|parser.ParseComments)
+		if err != nil {
+			t.Errorf("parse %s: %v", path, err)
+			continue
+		}
+		if buildIgnored(f) {
+			continue
+		}
+		name := "" // what the file calls package plan
+		for _, imp := range f.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == module+"/plan" {
+				name = "plan"
+				if imp.Name != nil {
+					name = imp.Name.Name
+				}
+			}
+		}
+		if name == "" {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == name && strings.HasPrefix(sel.Sel.Name, "With") && planEditsAllowed[slash] != sel.Sel.Name {
+				t.Errorf("%s: plan.%s changes a compiled plan outside package plan: make it a step of plan.Compile for the backend's plan.Target (plan/target.go)", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
 	}
 }
 

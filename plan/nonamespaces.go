@@ -14,7 +14,7 @@ import (
 // backend can enforce.
 var ErrNeedsNamespaces = errors.New("plan: needs namespaces")
 
-// WithoutNamespaces turns pl, compiled by Compile for the namespace
+// withoutNamespaces turns pl, compiled by Compile for the namespace
 // backend, into the plan of the backend without namespaces, in place.
 // Nothing is mounted there: the host's filesystem is what the sandbox
 // sees, and Landlock is what confines it. So pl keeps only the grant and
@@ -32,7 +32,7 @@ var ErrNeedsNamespaces = errors.New("plan: needs namespaces")
 // folders unless p accepts the staged_writes downgrade (they are written
 // in place: max_write is not enforced and the built-in protected paths
 // inside them cannot be kept read-only).
-func WithoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
+func withoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
 	if !strings.HasPrefix(scratch, "/") || pathspec.Clean(scratch) != scratch {
 		return fmt.Errorf("airlock bug: scratch folder %q is not absolute and clean", scratch)
 	}
@@ -40,7 +40,7 @@ func WithoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
 		return err
 	}
 	WithoutTransparentEgress(pl)
-	WritesInPlace(pl)
+	writesInPlace(pl)
 	var mounts []Mount
 	for _, m := range pl.Mounts {
 		if m.Kind == KindBind && m.Origin != OriginBase && m.Origin != OriginSandbox {
@@ -83,12 +83,12 @@ func WithoutNamespaces(pl *Plan, p *policy.Policy, scratch string) error {
 	return nil
 }
 
-// WritesInPlace makes pl's staged fs_write grants plain read-write binds of
+// writesInPlace makes pl's staged fs_write grants plain read-write binds of
 // the host paths, in place, and drops the stage: for a backend that cannot
 // stage (no mount namespace, or gVisor, whose gofer has no overlay of a
 // host folder). max_write and the write-back refusals then do not apply;
 // the protected paths' read-only steps stay where a backend mounts them.
-func WritesInPlace(pl *Plan) {
+func writesInPlace(pl *Plan) {
 	mounts := pl.Mounts[:0:0]
 	for _, m := range pl.Mounts {
 		switch m.Kind {

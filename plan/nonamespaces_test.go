@@ -102,7 +102,7 @@ func TestWithoutNamespacesPlan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WithoutNamespaces(pl, p, "/tmp/airlock-scratch-1"); err != nil {
+	if err := withoutNamespaces(pl, p, "/tmp/airlock-scratch-1"); err != nil {
 		t.Fatal(err)
 	}
 	if !pl.NoNamespaces || len(pl.Namespaces) != 0 || pl.Cwd != "/tmp/airlock-scratch-1/job" || !pl.RequireLandlock {
@@ -146,7 +146,7 @@ func TestWithoutNamespacesPlan(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		err = WithoutNamespaces(pl, p, "/tmp/s")
+		err = withoutNamespaces(pl, p, "/tmp/s")
 		if !errors.Is(err, ErrNeedsNamespaces) || !strings.Contains(err.Error(), map[string]string{"fs_deny": "fs_deny /data/secret", "fs_protect": "fs_protect /data/keep", "folder": "staged_writes"}[name]) {
 			t.Errorf("%s: err = %v", name, err)
 		}

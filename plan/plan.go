@@ -70,6 +70,10 @@ type Request struct {
 	// policy's rootfs is an image: where it was unpacked, with
 	// RootfsDigest its digest. Empty means the policy's rootfs as it is.
 	Rootfs, RootfsDigest string
+	// Target is the backend the plan is for and what the run adds to it;
+	// the zero Target is the namespaces backend's plan without a trust
+	// bundle.
+	Target Target
 }
 
 // ErrBadRequest wraps problems with the request (not the policy).
@@ -248,6 +252,9 @@ func Compile(p *policy.Policy, req Request, h Host) (*Plan, error) {
 	for i := range pl.Mounts {
 		// Every step that binds a host path brings the mounts below it.
 		pl.Mounts[i].Recursive = pl.Mounts[i].Cloned()
+	}
+	if err := forTarget(pl, p, req.Target); err != nil {
+		return nil, err
 	}
 	return pl, nil
 }

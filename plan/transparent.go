@@ -95,13 +95,14 @@ func setResolver(pl *Plan, resolv, nsswitch string) {
 }
 
 // CAVars are the variables common TLS clients read their trusted roots
-// from; WithCABundle points each at CABundlePath.
+// from; a plan with a trust bundle (withCABundle) points each at
+// CABundlePath.
 var CAVars = []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO"}
 
-// WithCABundle adds the trust bundle pem at CABundlePath (read-only under
+// withCABundle adds the trust bundle pem at CABundlePath (read-only under
 // /etc, which Landlock lets the sandbox read) and points CAVars at it,
 // replacing what the policy's env set for them.
-func WithCABundle(pl *Plan, pem []byte) {
+func withCABundle(pl *Plan, pem []byte) {
 	pl.Mounts = append(pl.Mounts, Mount{Kind: KindFile, Target: CABundlePath, Data: string(pem), Origin: OriginSandbox})
 	env := pl.Env[:0]
 	for _, e := range pl.Env {

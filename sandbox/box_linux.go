@@ -38,7 +38,10 @@ import (
 // (no user namespace, gVisor, a microVM) implements is launch, and a control
 // process that speaks the protocol:
 //
-//   - launch compiles nothing: b.pl is the plan to apply, whole. It opens
+//   - launch changes no plan: b.pl is the plan compiled for the backend
+//     (plan.Target, targetOf), to apply whole, and b.handOver marks where
+//     it goes to the control process (the namespaces backend's fallback
+//     to landlock compiles that backend's plan afresh). It opens
 //     what the box tears down (b.stage for staged writes, b.lim for the
 //     cgroup or the downgrades the plan accepts) and fills b.enf with what
 //     it enforces, so that the report says exactly that.
@@ -63,10 +66,14 @@ type backend interface {
 
 // box is one live sandbox.
 type box struct {
-	id    string // the run's or session's id, on every audit event
-	cfg   Config
-	view  *policy.Policy // cfg.Policy as the sandbox sees it: placed grants at their places
+	id   string // the run's or session's id, on every audit event
+	cfg  Config
+	view *policy.Policy // cfg.Policy as the sandbox sees it: placed grants at their places
+	// pl is the plan compiled for the backend, applied as it is; req is
+	// the request it was compiled from (the namespaces backend compiles
+	// it again for its fallback, the landlock backend).
 	pl    *plan.Plan
+	req   plan.Request
 	meter *budget.Meter // the sandbox's own: max_ops, and max_wall from its start
 	rec   audit.DenialLog
 	egr   audit.EgressErrorLog // the proxy's failures to reach granted destinations
@@ -80,7 +87,8 @@ type box struct {
 	stage *staging
 	proxy atomic.Pointer[egress.Proxy]
 	// creds and ca are the policy's credentials with their values and
-	// the run's CA (prepareCredentials); nil without credentials.
+	// the run's CA (compileRun), whose certificate the plan's trust bundle
+	// holds; nil without credentials.
 	creds []egress.Credential
 	ca    *egress.CA
 	// transparent is set once the tunnel listener and DNS are served.
@@ -119,12 +127,21 @@ type final struct {
 	writes *Writes // the copy back
 }
 
-// startBox starts a sandbox for pl with the given backend and returns once
+// startBox starts a sandbox for c with the given backend and returns once
 // it is ready to exec, or the reason it is not (the error). It ends when
 // close is called, at its deadline, or when ctx ends.
-func startBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) (*box, error) {
-	b := beginBox(ctx, cfg, pl, be)
+func startBox(ctx context.Context, cfg Config, c compiled, be backend) (*box, error) {
+	b := beginBox(ctx, cfg, c, be)
 	return b, b.waitReady()
+}
+
+// handOver is where a backend hands b.pl to its control process (or, for
+// the OCI runtimes, turns it into the bundle): the plan goes as it was
+// compiled for the backend.
+func (b *box) handOver() {
+	if f := b.cfg.handedOver; f != nil {
+		f(b.pl)
+	}
 }
 
 // onReady makes fn run once the sandbox is ready or has failed to be.
@@ -155,11 +172,12 @@ func (b *box) waitReady() error {
 	return nil
 }
 
-// beginBox starts a sandbox for pl with the given backend and returns at
+// beginBox starts a sandbox for c with the given backend and returns at
 // once; launched closes when the control process is started, and
 // waitReady says when it is ready.
-func beginBox(ctx context.Context, cfg Config, pl *plan.Plan, be backend) *box {
-	b := &box{cfg: cfg, pl: pl, start: time.Now(), ready: make(chan error, 1), launched: make(chan struct{}), extended: make(chan struct{}, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
+func beginBox(ctx context.Context, cfg Config, c compiled, be backend) *box {
+	pl := c.pl
+	b := &box{cfg: cfg, pl: pl, req: c.req, creds: c.creds, ca: c.ca, start: time.Now(), ready: make(chan error, 1), launched: make(chan struct{}), extended: make(chan struct{}, 1), routed: make(chan struct{}), done: make(chan struct{}), closeCh: make(chan struct{}),
 		pending: map[string]chan nsinit.Message{}, view: cfg.Policy.View()}
 	b.id = newID()
 	b.log = cfg.Logger

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/plan"
 	"github.com/airlock-sandbox/airlock/policy"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
@@ -103,6 +104,10 @@ type Config struct {
 	// cold. Nil: Cmd.Run starts its init while the plan compiles; a
 	// Session starts cold.
 	Pool *Pool
+
+	// handedOver, set by tests only, sees the plan where the backend hands
+	// it to its control process (box.handOver).
+	handedOver func(*plan.Plan)
 }
 
 // Session lifetimes when the Config leaves them zero.

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // systemBundles are where hosts keep their trusted roots (Debian and its
@@ -19,17 +18,16 @@ var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls
 // maxBundle bounds the trust bundle read from the host.
 const maxBundle = 8 << 20
 
-// prepareCredentials reads the policy's credentials on the supervisor's
-// side, makes the run's CA and puts the trust bundle (the host's roots, or
-// the file the policy's SSL_CERT_FILE names, plus the CA) into the plan,
-// before anything starts: a credential that cannot be read refuses the
-// run. It does nothing for a policy without credentials.
-func (b *box) prepareCredentials() error {
-	pcs := b.cfg.Policy.Credentials()
+// credentials reads the policy's credentials on the supervisor's side and
+// makes the run's CA, before anything starts: a credential that cannot be
+// read refuses the run. It returns nil, nil for a policy without
+// credentials.
+func (cfg Config) credentials() ([]egress.Credential, *egress.CA, error) {
+	pcs := cfg.Policy.Credentials()
 	if len(pcs) == 0 {
-		return nil
+		return nil, nil, nil
 	}
-	lookup := b.cfg.LookupEnv
+	lookup := cfg.LookupEnv
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
@@ -38,30 +36,31 @@ func (b *box) prepareCredentials() error {
 	for _, c := range pcs {
 		v, ok := lookup(c.Env)
 		if !ok || v == "" {
-			return fmt.Errorf("credentials: %s for %s comes from the environment variable %s, which is not set where airlock runs (or is empty): export it for airlock; it never enters the sandbox", c.Header, c.Host, c.Env)
+			return nil, nil, fmt.Errorf("credentials: %s for %s comes from the environment variable %s, which is not set where airlock runs (or is empty): export it for airlock; it never enters the sandbox", c.Header, c.Host, c.Env)
 		}
 		if strings.ContainsAny(v, "\r\n\x00") {
-			return fmt.Errorf("credentials: the value of %s (%s for %s) holds a line break or NUL, which no header may carry", c.Env, c.Header, c.Host)
+			return nil, nil, fmt.Errorf("credentials: the value of %s (%s for %s) holds a line break or NUL, which no header may carry", c.Env, c.Header, c.Host)
 		}
 		creds = append(creds, egress.Credential{Host: c.Host, Header: c.Header, Value: v})
 		hosts = append(hosts, c.Host)
 	}
 	ca, err := egress.NewCA(hosts)
 	if err != nil {
-		return fmt.Errorf("credentials: %w", err)
+		return nil, nil, fmt.Errorf("credentials: %w", err)
 	}
-	base, err := trustBase(b.pl.Env)
-	if err != nil {
-		return err
+	return creds, ca, nil
+}
+
+// trustBundle returns the plan.Target's CABundle for ca: the roots the
+// sandbox would have trusted without it (trustBase), then the CA.
+func trustBundle(ca *egress.CA) func(env []string) ([]byte, error) {
+	return func(env []string) ([]byte, error) {
+		base, err := trustBase(env)
+		if err != nil {
+			return nil, err
+		}
+		return append(append(base, '\n'), ca.CertPEM()...), nil
 	}
-	pl, err := copyPlan(b.pl)
-	if err != nil {
-		return err
-	}
-	bundle := append(base, '\n')
-	plan.WithCABundle(pl, append(bundle, ca.CertPEM()...))
-	b.pl, b.creds, b.ca = pl, creds, ca
-	return nil
 }
 
 // trustBase reads the roots the sandbox would have trusted without the

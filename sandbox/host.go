@@ -17,12 +17,59 @@ import (
 	"github.com/airlock-sandbox/airlock/policy"
 )
 
-// Plan compiles the plan this Cmd would run, without running anything.
+// Plan compiles the plan this Cmd would run on its isolation, without
+// running anything. What a run makes for itself stands in: the landlock
+// backend's scratch folder is named $TMPDIR/airlock-scratch-RANDOM (a
+// run's name is random), and a policy's credentials add no trust bundle
+// (a run's holds the CA it makes; an export adds no credential).
 func (c *Cmd) Plan() (*plan.Plan, error) {
 	if c.Policy == nil {
 		return nil, errNoPolicy
 	}
-	return c.Config.compile(plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted})
+	return c.Config.compile(c.request(c.standIn()))
+}
+
+// Explain is Plan as the run's init gets it, for airlock explain: a
+// policy's credentials add the trust bundle at plan.CABundlePath (on
+// every backend but landlock, which refuses them), whose content, the
+// host's roots and the CA each run makes, stands as a placeholder here.
+func (c *Cmd) Explain() (*plan.Plan, error) {
+	if c.Policy == nil {
+		return nil, errNoPolicy
+	}
+	t := c.standIn()
+	if t.Backend != plan.BackendLandlock {
+		t.CABundle = func([]string) ([]byte, error) {
+			return []byte("# the host's trusted roots (or those SSL_CERT_FILE names), then the CA airlock makes for each run\n"), nil
+		}
+	}
+	return c.Config.compile(c.request(t))
+}
+
+// standIn is the target of c's isolation with a stand-in for the landlock
+// backend's scratch folder.
+func (c *Cmd) standIn() plan.Target {
+	t := plan.Target{Backend: targetOf(c.Isolation)}
+	if t.Backend == plan.BackendLandlock {
+		t.Scratch = filepath.Join(os.TempDir(), "airlock-scratch-RANDOM")
+	}
+	return t
+}
+
+// request is the plan.Request of c's command, for target t.
+func (c *Cmd) request(t plan.Target) plan.Request {
+	return plan.Request{Argv: c.Args, Cwd: c.Dir, CommandIsGranted: c.CommandIsGranted, Target: t}
+}
+
+// targetOf is the backend a plan is compiled for under an isolation
+// (Config.Isolation); an unknown one compiles for the namespaces backend
+// (backendFor refuses it).
+func targetOf(isolation string) plan.Backend {
+	switch isolation {
+	case IsolationLandlock, IsolationOCI, IsolationGVisor, IsolationMicroVM:
+		return plan.Backend(isolation)
+	}
+	return plan.BackendNamespaces
 }
 
 // compile compiles req under the policy as the sandbox sees it (its view:

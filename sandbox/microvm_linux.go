@@ -109,16 +109,11 @@ func (microvmBackend) launch(b *box) (*control, error) {
 	}
 	// The guest has no network device: its only way out is the proxy's
 	// ports on the sandbox's loopback, carried over the link. No connect
-	// broker there, so no transparent egress.
+	// broker there, so no transparent egress (the plan is compiled
+	// without, plan.BackendMicroVM). Credentials: the proxy adds them; the
+	// run's CA reaches the guest in the plan's trust bundle (a file the
+	// guest's init writes).
 	var err error
-	if b.pl, err = plan.WithoutTransparentEgressCopy(b.pl); err != nil {
-		return nil, err
-	}
-	// Credentials: the proxy adds them; the run's CA reaches the guest in
-	// the plan's trust bundle (a file the guest's init writes).
-	if err := b.prepareCredentials(); err != nil {
-		return nil, err
-	}
 	if b.pl.Proxy {
 		b.enf.Egress = EgressProxy
 	}
@@ -194,8 +189,8 @@ func (microvmBackend) launch(b *box) (*control, error) {
 }
 
 // microvmWrites refuses fs_write folders unless the policy accepts writes
-// in place (the 9p share writes the host folder), and makes every write
-// grant a plain bind.
+// in place (the 9p share writes the host folder; the plan's write grants
+// are plain binds: plan.BackendMicroVM).
 func microvmWrites(b *box) error {
 	return writeInPlace(b, "under isolation microvm fs_write folders are written in place through the guest's 9p share (they are not staged): max_write is not enforced and new protected paths (git hooks, rc files) can be created; add staged_writes to allow_downgrade to accept that, or grant single files")
 }
@@ -205,6 +200,7 @@ func microvmWrites(b *box) error {
 // process.
 func startVMM(b *box, k guestKernel, initrd, tmp string) (*control, error) {
 	exports, files, mounts := microvmExports(b.pl)
+	b.handOver()
 	raw, err := b.pl.MarshalBinary()
 	if err != nil {
 		return nil, err

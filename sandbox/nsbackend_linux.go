@@ -37,9 +37,6 @@ func (nsBackend) launch(b *box) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.prepareCredentials(); err != nil {
-		return nil, err
-	}
 	if err := b.openStageAndLimits("namespaces", func() (*limits, error) { return newLimits(b.pl.Limits, b.sink) }); err != nil {
 		return nil, err
 	}
@@ -52,6 +49,13 @@ func (nsBackend) launch(b *box) (*control, error) {
 		b.stage, b.lim, b.enf = nil, nil, Enforcement{FSDenials: b.enf.FSDenials}
 		if why, ok := usernsRefused(err); ok {
 			if b.cfg.Policy.AcceptsDowngrade(policy.DowngradeNamespaces) {
+				// The landlock backend's plan, compiled afresh from the
+				// box's request: a plan is never changed once compiled.
+				c, err := b.cfg.compileLandlock(b.req)
+				if err != nil {
+					return nil, err
+				}
+				b.pl, b.req, b.creds, b.ca = c.pl, c.req, c.creds, c.ca
 				return unsharedBackend{why: why}.launch(b)
 			}
 			return nil, fmt.Errorf("%s: nothing was started; to run without namespaces (Landlock and seccomp only: what is weaker is in airlock doctor and the report), add namespaces to allow_downgrade, or run where user namespaces can be created", why)
@@ -87,6 +91,20 @@ func usernsRefused(err error) (string, bool) {
 	return "", false
 }
 
+// copyPlan returns a deep copy of pl, so that a change leaves the
+// caller's plan alone.
+func copyPlan(pl *plan.Plan) (*plan.Plan, error) {
+	raw, err := pl.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("copy plan: %w", err)
+	}
+	var cp plan.Plan
+	if err := cp.UnmarshalBinary(raw); err != nil {
+		return nil, fmt.Errorf("copy plan: %w", err)
+	}
+	return &cp, nil
+}
+
 // openStageAndLimits opens what airlock's own init shares with the box
 // for b.pl, whatever namespaces it gets: the staged grants' host side and
 // the cgroup, or the downgrades accepted in its place (newLim makes them),
@@ -110,6 +128,10 @@ func (b *box) openStageAndLimits(backend string, newLim func() (*limits, error))
 		return err
 	}
 	if rl := downgradeRlimits(b.pl.Limits, b.lim.downgrades); len(rl) > 0 {
+		// The one change to a compiled plan besides the landlock backend's
+		// uid: without a pids cgroup, which only the launch can find,
+		// RLIMIT_NPROC stands in for max_pids (TestPlanHandedOverIsCompiled
+		// expects it).
 		pl, err := copyPlan(b.pl) // b.pl may be shared with other runs
 		if err != nil {
 			b.lim.finish(b)
@@ -308,13 +330,13 @@ func (in *initProc) handOverPlan(b *box) error {
 		if uint32(in.hostID) < m.RootFirst || uint32(in.hostID)-m.RootFirst >= m.RootCount {
 			return fmt.Errorf("airlock bug: the init maps root inside to host id %d, outside the plan's range %d+%d", in.hostID, m.RootFirst, m.RootCount)
 		}
-		b.pl.IDMap.HostUID, b.pl.IDMap.HostGID = uint32(in.hostID), uint32(in.hostID)
-		b.sandboxID = in.hostID
+		b.sandboxID = in.hostID // the init's id maps say it; the plan, compiled before, does not
 	}
 	b.fs.track(in.ctl.cmd.Process.Pid)
 	if b.lim.group != nil {
 		in.ctl.watch(func(stop <-chan struct{}) { b.lim.watch(b, stop, b.kill) })
 	}
+	b.handOver()
 	pb, err := b.pl.MarshalBinary()
 	if err == nil {
 		_, err = in.planW.Write(pb)

@@ -54,28 +54,19 @@ var sentryWeaker = []string{
 }
 
 // sentryWrites refuses fs_write folders unless the policy accepts writes
-// in place, and makes every write grant a plain bind.
+// in place (the plan's write grants are plain binds: plan.BackendGVisor).
 func sentryWrites(b *box) error {
 	return writeInPlace(b, "under gVisor fs_write folders are written in place (its gofer cannot stage them): max_write is not enforced and new protected paths (git hooks, rc files) can be created; add staged_writes to allow_downgrade to accept that, or grant single files")
 }
 
-// writeInPlace is the plan of a backend that cannot stage writes (gVisor,
-// the microVM): it refuses fs_write folders with refusal unless the
-// policy accepts staged_writes, and makes every write grant a plain bind.
+// writeInPlace checks the plan of a backend that cannot stage writes
+// (gVisor, the microVM), whose write grants are plain binds: it refuses
+// fs_write folders with refusal unless the policy accepts staged_writes.
 func writeInPlace(b *box, refusal string) error {
-	folders := false
-	for _, m := range b.pl.Mounts {
-		folders = folders || m.Kind == plan.KindOverlay
-	}
+	folders := plan.WritesFoldersInPlace(b.pl)
 	if folders && !b.cfg.Policy.AcceptsDowngrade(policy.DowngradeStagedWrites) {
 		return errors.New(refusal)
 	}
-	pl, err := copyPlan(b.pl)
-	if err != nil {
-		return err
-	}
-	plan.WritesInPlace(pl)
-	b.pl = pl
 	if folders {
 		b.downgradedAs(policy.DowngradeStagedWrites, weakerInPlace)
 	}

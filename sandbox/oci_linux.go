@@ -20,7 +20,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/enforce/namespace"
 	"github.com/airlock-sandbox/airlock/internal/enforce/nsinit"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
-	"github.com/airlock-sandbox/airlock/plan"
 )
 
 // ociRuntime is one runtime airlock can drive.
@@ -85,17 +84,12 @@ func (o ociBackend) launch(b *box) (*control, error) {
 		return nil, err
 	}
 	// The runtime makes the network namespace and applies what it
-	// applies: no connect broker there, so no transparent egress.
-	if b.pl, err = plan.WithoutTransparentEgressCopy(b.pl); err != nil {
-		return nil, err
-	}
+	// applies: no connect broker there, so no transparent egress (the
+	// plan is compiled without, plan.BackendOCI).
 	if b.pl.Proxy {
 		b.enf.Egress = EgressProxy
 	}
-	if err := b.prepareCredentials(); err != nil {
-		return nil, err
-	}
-	id := hostID(b.pl)
+	id := pickHostID(b.pl.IDMap) // the bundle maps root inside to it (oci.Options.HostID)
 	if rt.sentry {
 		// gVisor has no overlay of a host folder to stage writes on: they
 		// are made in place, which the policy must accept, by the
@@ -159,6 +153,7 @@ func (l *ociLaunch) start() (*control, error) {
 		}
 	}
 	bundleDir := filepath.Join(l.tmp, "bundle")
+	b.handOver()
 	ob, err := oci.Config(b.pl, b.cfg.Policy, oci.Options{BundleDir: bundleDir, HostID: uint32(l.id), StageDir: map[bool]string{true: l.stageDir}[stageFD >= 0]})
 	if err != nil {
 		return nil, err

@@ -205,7 +205,9 @@ func startWarm(exe string, steps []plan.Mount, ahead premountSet) (*initProc, er
 }
 
 // learn keeps pl's bind steps, and the steps it begins with that can be
-// mounted ahead, for the inits started from now on.
+// mounted ahead, for the inits started from now on. The trust bundle of a
+// policy with credentials is the run's own (its CA), so the steps mounted
+// ahead end before it.
 func (st *poolState) learn(pl *plan.Plan) {
 	var steps []plan.Mount
 	for _, m := range pl.Mounts {
@@ -215,7 +217,7 @@ func (st *poolState) learn(pl *plan.Plan) {
 	}
 	ahead := premountSet{procFallback: pl.ProcFallback}
 	for _, m := range pl.Mounts {
-		if !nsinit.Premountable(m) || len(ahead.steps) == maxPremount {
+		if !nsinit.Premountable(m) || len(ahead.steps) == maxPremount || m.Target == plan.CABundlePath {
 			break
 		}
 		ahead.steps = append(ahead.steps, m)
@@ -317,10 +319,6 @@ func (pb pooledBackend) launch(b *box) (*control, error) {
 	// The pool replaces the init refillDelay after b is ready or has failed.
 	b.onReady(func() { time.AfterFunc(refillDelay, pb.st.fill) })
 	pb.st.learn(b.pl)
-	if err := b.prepareCredentials(); err != nil {
-		in.discard()
-		return nil, err
-	}
 	var unfit bool
 	err := b.openStageAndLimits("namespaces", func() (*limits, error) {
 		l, err := warmLimits(in, b.pl.Limits, b.sink)

@@ -68,15 +68,15 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 			cfg.Pool = p
 		}
 	}
-	pl, err := c.Plan()
+	cp, err := cfg.compileRun(c.request(plan.Target{}))
 	if err != nil {
 		return refuse(planExitCode(err), err)
 	}
-	be, err := backendFor(cfg, pl)
+	be, err := backendFor(cfg, cp.pl)
 	if err != nil {
 		return refuse(125, err)
 	}
-	b := beginBox(ctx, cfg, pl, be)
+	b := beginBox(ctx, cfg, cp, be)
 	startFailed := func(err error) (*Report, error) {
 		rep := &Report{ExitCode: 125, Error: err.Error(), Denials: []Denial{}}
 		b.finishRun(rep, start)
@@ -86,8 +86,8 @@ func (c *Cmd) Run(ctx context.Context) (*Report, error) {
 	if b.ctl == nil {
 		return startFailed(b.waitReady())
 	}
-	// The exec is sent before the sandbox is ready (b.pl, not pl: a
-	// backend may have recompiled it without namespaces): the init reads
+	// The exec is sent before the sandbox is ready (b.pl, not cp.pl: the
+	// namespaces backend may have fallen back to landlock's): the init reads
 	// it once every restriction is in place, which saves the round trip
 	// of "ready". The init never acts on it before then, and if the
 	// set-up fails it never reads it.
@@ -193,11 +193,4 @@ func pickHostID(m plan.IDMap) int {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand does not fail on Linux
 	return int(m.Pick(binary.LittleEndian.Uint32(b[:])))
-}
-
-// hostID picks the host uid/gid for pl and records it in the plan.
-func hostID(pl *plan.Plan) int {
-	id := pickHostID(pl.IDMap)
-	pl.IDMap.HostUID, pl.IDMap.HostGID = uint32(id), uint32(id)
-	return id
 }

@@ -42,16 +42,16 @@ func NewSession(ctx context.Context, cfg Config) (*Session, error) {
 	if cfg.Policy == nil {
 		return nil, errNoPolicy
 	}
-	pl, err := cfg.compile(plan.Request{Session: true})
+	c, err := cfg.compileRun(plan.Request{Session: true})
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	be, err := backendFor(cfg, pl)
+	be, err := backendFor(cfg, c.pl)
 	if err != nil {
 		return nil, err
 	}
 	created := time.Now()
-	b, err := startBox(ctx, cfg, pl, be)
+	b, err := startBox(ctx, cfg, c, be)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: session: %w", err)
 	}

@@ -77,20 +77,31 @@ func weakerBrokers(err error) string {
 	return "network and metadata: the supervisor's brokers cannot read every call of the sandbox here (" + err.Error() + "): every connect(2) is refused, and so is every change of a file's mode, owner, times or extended attributes that the metadata broker cannot read (EACCES), and these refusals are not listed among the denials"
 }
 
-// launch compiles the plan without namespaces, makes the scratch folder,
-// the cgroup where one is delegated, and starts the init.
+// unsharedRefusal refuses, before anything is compiled or started, what
+// p asks for that needs a mount namespace, which the landlock backend
+// lacks.
+func unsharedRefusal(p *policy.Policy) error {
+	if p.Placed() {
+		return errors.New("a grant placed inside (HOST:INSIDE) needs a mount namespace to appear at its place, and the landlock backend has none (nothing was started): run where user namespaces can be created, or grant the host path as it is")
+	}
+	if root := p.Rootfs(); root != "" {
+		return fmt.Errorf("the environment %s (rootfs) needs a mount namespace to stand in for the host's system folders, and the landlock backend has none (nothing was started): run where user namespaces can be created, or drop the rootfs", root)
+	}
+	if len(p.Credentials()) > 0 {
+		return errors.New("credentials need a mount namespace, to give the sandbox the trust bundle of airlock's per-run CA: the landlock backend has none; run with the namespaces, oci or gvisor isolation")
+	}
+	return nil
+}
+
+// launch makes the scratch folder of b.pl (compiled for the landlock
+// backend by compileLandlock), the cgroup where one is delegated, and
+// starts the init.
 func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if err := checkInit(b.cfg.Executable); err != nil {
 		return nil, err
 	}
-	if b.cfg.Policy.Placed() {
-		return nil, errors.New("a grant placed inside (HOST:INSIDE) needs a mount namespace to appear at its place, and the landlock backend has none (nothing was started): run where user namespaces can be created, or grant the host path as it is")
-	}
-	if root := b.cfg.Policy.Rootfs(); root != "" {
-		return nil, fmt.Errorf("the environment %s (rootfs) needs a mount namespace to stand in for the host's system folders, and the landlock backend has none (nothing was started): run where user namespaces can be created, or drop the rootfs", root)
-	}
-	if len(b.cfg.Policy.Credentials()) > 0 {
-		return nil, errors.New("credentials need a mount namespace, to give the sandbox the trust bundle of airlock's per-run CA: the landlock backend has none; run with the namespaces, oci or gvisor isolation")
+	if !b.pl.NoNamespaces || b.pl.Scratch == "" {
+		return nil, errors.New("airlock bug: the landlock backend was given a plan compiled for another backend (nothing was started)")
 	}
 	// Every connect(2) of the sandbox waits for the broker, which reads it
 	// with pidfd_getfd and process_vm_readv. Where those are refused (a
@@ -100,18 +111,14 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	if brokerErr != nil && b.pl.Proxy {
 		return nil, fmt.Errorf("the landlock backend answers every connect(2) of the sandbox in airlock's connect broker, which cannot work here: %v, most likely by the seccomp profile airlock runs under (the default profiles of containerd and Docker allow pidfd_getfd only with CAP_SYS_PTRACE); with net_hosts the sandbox could reach nothing, so nothing was started: run airlock under a seccomp profile that allows pidfd_open, pidfd_getfd and process_vm_readv (in Kubernetes a Localhost profile, or seccompProfile Unconfined for airlock's container: airlock installs its own filter for the sandbox), or drop net_hosts", brokerErr)
 	}
-	scratch, err := os.MkdirTemp("", "airlock-scratch-")
-	if err != nil {
+	// Made here, empty and the sandbox's alone: mkdir fails on a name that
+	// exists, and $TMPDIR's sticky bit keeps others from replacing it.
+	scratch := b.pl.Scratch
+	if err := os.Mkdir(scratch, 0o700); err != nil {
 		return nil, fmt.Errorf("scratch folder: %w (set TMPDIR to a writable folder)", err)
 	}
 	var as metabroker.Identity // the caller until the sandbox's uid is known
 	cleanup := func() { removeScratch(scratch, as) }
-	pl, err := unsharedPlan(b.pl, b.cfg.Policy, scratch)
-	if err != nil {
-		cleanup()
-		return nil, err
-	}
-	b.pl = pl
 	id := unsharedIdentity(b.pl)
 	if os.Geteuid() == 0 {
 		// Never root: the scratch folder is the sandbox's, and every grant
@@ -163,32 +170,6 @@ func (ub unsharedBackend) launch(b *box) (*control, error) {
 	ctl.onExit = cleanup
 	ctl.watch(func(stop <-chan struct{}) { watchScratch(b, scratch, stop) })
 	return ctl, nil
-}
-
-// unsharedPlan returns a copy of pl for the backend without namespaces.
-func unsharedPlan(pl *plan.Plan, p *policy.Policy, scratch string) (*plan.Plan, error) {
-	cp, err := copyPlan(pl)
-	if err != nil {
-		return nil, err
-	}
-	if err := plan.WithoutNamespaces(cp, p, scratch); err != nil {
-		return nil, err
-	}
-	return cp, nil
-}
-
-// copyPlan returns a deep copy of pl (a backend that changes its plan
-// leaves the caller's alone).
-func copyPlan(pl *plan.Plan) (*plan.Plan, error) {
-	raw, err := pl.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("copy plan: %w", err)
-	}
-	var cp plan.Plan
-	if err := cp.UnmarshalBinary(raw); err != nil {
-		return nil, fmt.Errorf("copy plan: %w", err)
-	}
-	return &cp, nil
 }
 
 // watchScratch halts the sandbox when its scratch folder holds more than

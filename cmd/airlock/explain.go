@@ -5,8 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/airlock-sandbox/airlock/internal/cli"
 	"github.com/airlock-sandbox/airlock/internal/termtext"
@@ -56,19 +54,10 @@ func cmdExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
 		return cli.ExitFailed
 	}
-	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p}, Args: argv, Dir: dir, CommandIsGranted: true}
-	pl, err := cmd.Plan()
-	if err == nil && *isolation == sandbox.IsolationLandlock {
-		// The run makes a fresh folder under $TMPDIR; its name is random.
-		err = plan.WithoutNamespaces(pl, p, filepath.Join(os.TempDir(), "airlock-scratch-RANDOM"))
-	}
-	if err == nil && *isolation == sandbox.IsolationMicroVM {
-		// What the microVM backend changes before its guest applies the
-		// plan (sandbox/microvm_linux.go): no transparent egress, writes
-		// in place through the 9p share.
-		plan.WithoutTransparentEgress(pl)
-		plan.WritesInPlace(pl)
-	}
+	// The plan compiled for the backend, as its init gets it (the landlock
+	// backend's scratch folder is named airlock-scratch-RANDOM).
+	cmd := &sandbox.Cmd{Config: sandbox.Config{Policy: p, Isolation: *isolation}, Args: argv, Dir: dir, CommandIsGranted: true}
+	pl, err := cmd.Explain()
 	if err != nil {
 		fmt.Fprintf(stderr, "airlock explain: %s\n", cli.ErrText(err))
 		return cli.ExitFailed

@@ -205,7 +205,7 @@ type Plan struct {
 	// required in that case, since its ptrace rule is what keeps their
 	// memory, environment and fds from the sandbox.
 	ProcFallback bool `json:"proc_fallback,omitempty"`
-	// NoNamespaces is the backend without namespaces (plan.WithoutNamespaces):
+	// NoNamespaces is the backend without namespaces (plan.BackendLandlock):
 	// nothing is mounted, Landlock confines the host's filesystem, and
 	// connect(2) is answered by the supervisor.
 	NoNamespaces bool `json:"no_namespaces,omitempty"`
