@@ -228,6 +228,29 @@ func (l *launcher) start() error {
 	return l.sendGrants(pidFile)
 }
 
+// waitPauseExecd waits until the container's pid 1 runs the pause
+// program. `crun run --detach` can return while pid 1 is still the
+// runtime's own code setting the container up; a `crun exec` that joins
+// its namespaces then fails with "setns(pid=N, CLONE_*): Operation not
+// permitted" (crun before 1.9, containers/crun#1264), and the command does
+// not start.
+func waitPauseExecd(pid string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		b, err := os.ReadFile("/proc/" + pid + "/cmdline")
+		if err != nil {
+			return fmt.Errorf("the container's pid 1 (%s) is gone: %w", pid, err)
+		}
+		if arg0, _, _ := strings.Cut(string(b), "\x00"); arg0 == PausePath || arg0 == PauseArg0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the container's pid 1 (%s) did not start %s within %v (its command line is %q)", pid, PausePath, within, b)
+		}
+		time.Sleep(wait)
+	}
+}
+
 // sendGrants opens the root of every grant as the container sees it,
 // through its pid 1's root, and sends them to the supervisor; and it makes
 // the proxy's listeners in the container's network namespace (which the
@@ -240,6 +263,11 @@ func (l *launcher) sendGrants(pidFile string) error {
 	}
 	pid := strings.TrimSpace(string(b))
 	info := l.info
+	if !info.Sentry {
+		if err := waitPauseExecd(pid, 10*time.Second); err != nil {
+			return err
+		}
+	}
 	rootPath := "/proc/" + pid + "/root"
 	if info.Sentry {
 		// The sentry's network and files are its own: the container's pid
