@@ -413,6 +413,20 @@ print("proxy:", r.read().decode())
 // next runs' janitors remove the work folder and the VM's cgroup.
 func TestIsolationMicroVMKilled(t *testing.T) {
 	init := requireMicroVM(t)
+	// A folder of its own for the runs' work folders: an airlock process
+	// of another test package (go test runs packages side by side) sweeps
+	// a killed supervisor's folder from the shared TMPDIR, and the check
+	// below would find nothing to prove.
+	// (Directly in TMPDIR: the VMM's unprivileged uid must reach it.)
+	runTmp, err := os.MkdirTemp("", "airlock-vmkilled-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(runTmp) })
+	if err := os.Chmod(runTmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", runTmp)
 	dir := filepath.Dir(init)
 	goBuild(t, "../cmd/airlock", filepath.Join(dir, "airlock"))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
