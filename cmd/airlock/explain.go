@@ -23,7 +23,7 @@ environment and the rlimits. It is the plan nsinit and the exports read.
 Nothing is started. COMMAND defaults to sh.
 
 example:
-  airlock explain --policy examples/data-analysis.yaml -- python3 analyse.py`
+  airlock explain --policy examples/data-analysis.yaml -- python3 analyze.py`
 
 func cmdExplain(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("explain", explainSynopsis, stderr)

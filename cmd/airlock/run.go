@@ -23,7 +23,7 @@ capabilities, and is halted when a budget runs out.
 examples:
   airlock run -- python3 -c 'print(2+2)'
   airlock run --fs-read . --fs-write ./out -- python3 analyse.py
-  airlock run --policy examples/data-analysis.yaml --json -- python3 analyse.py`
+  cd examples/data && airlock run --policy ../data-analysis.yaml --json -- python3 analyze.py`
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet("run", runSynopsis, stderr)
