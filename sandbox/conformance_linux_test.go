@@ -165,7 +165,7 @@ func chownTree(t *testing.T, dir string, uid int) {
 		if err != nil {
 			return err
 		}
-		return os.Lchown(p, uid, uid)
+		return os.Lchown(p, uid, gidFor(uid))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func newMatrixTree(t *testing.T) *matrixTree {
 			err = os.Chmod(p, mode)
 		}
 		if err == nil {
-			err = os.Lchown(p, uid, uid)
+			err = os.Lchown(p, uid, gidFor(uid))
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -263,7 +263,7 @@ func newMatrixTree(t *testing.T) *matrixTree {
 					err = unix.Setxattr(p, "user.keep", []byte("v"), 0)
 				}
 				if err == nil {
-					err = os.Lchown(p, uid, uid)
+					err = os.Lchown(p, uid, gidFor(uid))
 				}
 				if err == nil {
 					past := time.Unix(1e9, 0)

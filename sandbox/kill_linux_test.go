@@ -433,7 +433,7 @@ func TestSupervisorKill(t *testing.T) {
 	script := `trap "" HUP TERM; (trap "" HUP TERM; while :; do :; done) & setsid sleep 1000 & sleep 1000`
 	args := []string{"run", "--tool", "sleep", "--tool", "setsid", "--env", "AIRLOCK_KILLTEST=" + mark, "--max-wall", "60s"}
 	if os.Geteuid() != 0 {
-		args = append(args, "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids")
+		args = append(args, "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids", "--allow-downgrade", "max_cpu")
 	}
 	args = append(args, "--", "/bin/sh", "-c", script, mark)
 	env := append(os.Environ(), "TMPDIR="+runTmp) // the last TMPDIR wins
@@ -500,7 +500,7 @@ func TestSupervisorKill(t *testing.T) {
 		defer cancel()
 		final := []string{"run", "--json"}
 		if os.Geteuid() != 0 {
-			final = append(final, "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids")
+			final = append(final, "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids", "--allow-downgrade", "max_cpu")
 		}
 		cmd := exec.CommandContext(ctx, bin, append(final, "--", "/bin/true")...)
 		cmd.Env = env

@@ -244,7 +244,7 @@ func newMetaTree(t *testing.T, writer int, owners ...int) metaTree {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Chown(mt.w, writer, writer); err != nil {
+	if err := os.Chown(mt.w, writer, gidFor(writer)); err != nil {
 		t.Fatal(err)
 	}
 	bin, err := os.ReadFile("/usr/bin/true")
@@ -271,7 +271,7 @@ func newMetaTree(t *testing.T, writer int, owners ...int) metaTree {
 					err = unix.Setxattr(p, "user.keep", []byte("v"), 0)
 				}
 				if err == nil {
-					err = os.Chown(p, owner, owner)
+					err = os.Chown(p, owner, gidFor(owner))
 				}
 				if err == nil {
 					past := time.Unix(1e9, 0)

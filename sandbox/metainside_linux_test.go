@@ -69,7 +69,7 @@ func newInsideTree(t *testing.T) insideTree {
 	}
 	if err := filepath.Walk(it.w, func(p string, _ os.FileInfo, err error) error {
 		if err == nil {
-			err = os.Chown(p, owner, owner)
+			err = os.Chown(p, owner, gidFor(owner))
 		}
 		return err
 	}); err != nil {

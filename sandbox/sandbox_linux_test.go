@@ -77,6 +77,17 @@ func wantExit(t *testing.T, rep *sandbox.Report, code int) {
 	}
 }
 
+// gidFor is the group to give a file made for uid: uid's own number for
+// the test ids root hands out, the caller's group for the caller (a
+// normal user may give a file only to a group of its own, and a system
+// user's group number is not always its uid).
+func gidFor(uid int) int {
+	if uid == os.Geteuid() {
+		return os.Getegid()
+	}
+	return uid
+}
+
 // tree makes a temporary host tree: a secret, a granted dir, a sibling
 // whose name extends the grant's, and a HOME with planted credentials.
 type tree struct {

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,6 +122,10 @@ func scratchBackends() []tmpfsBackend {
 func runOn(t *testing.T, cfg sandbox.Config, spec policy.Spec, code string) *sandbox.Report {
 	t.Helper()
 	airtest.RequireBinary(t, "/usr/bin/python3")
+	if os.Geteuid() != 0 && cfg.Isolation != sandbox.IsolationLandlock {
+		// A normal user without a delegated cgroup.
+		spec.AllowDowngrade = append(spec.AllowDowngrade, airtest.RootlessDowngrades()...)
+	}
 	p, err := policy.New(spec)
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ func TestSupervisorSignals(t *testing.T) {
 			script := `echo started; echo before > ` + ws + `/before.txt; trap "" HUP INT TERM; (trap "" HUP INT TERM; while :; do :; done) & sleep 1000`
 			args := []string{"run", "--json", "--fs-write", ws, "--tool", "sleep", "--env", "AIRLOCK_SIGTEST=" + mark, "--max-wall", "60s"}
 			if os.Geteuid() != 0 {
-				args = append(args, "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids")
+				args = append(args, "--allow-downgrade", "max_memory", "--allow-downgrade", "max_pids", "--allow-downgrade", "max_cpu")
 			}
 			cmd := exec.Command(bin, append(args, "--", "/bin/sh", "-c", script, mark)...)
 			cmd.Env = append(os.Environ(), "TMPDIR="+runTmp)

@@ -116,7 +116,7 @@ func TestUnsharedWeakerLinesHold(t *testing.T) {
 	gitRepo(t, mt.w)
 	if err := filepath.Walk(filepath.Join(mt.w, ".git"), func(p string, _ os.FileInfo, err error) error {
 		if err == nil {
-			err = os.Lchown(p, writer, writer)
+			err = os.Lchown(p, writer, gidFor(writer))
 		}
 		return err
 	}); err != nil {
@@ -251,7 +251,7 @@ func TestUnsharedAttackFallocate(t *testing.T) {
 	if err := os.Mkdir(w, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(w, writer, writer); err != nil {
+	if err := os.Chown(w, writer, gidFor(writer)); err != nil {
 		t.Fatal(err)
 	}
 	rep := runL(t, policy.Spec{FSWrite: []string{w}, AllowDowngrade: []string{"staged_writes"}, Budget: budget.Limits{Scratch: 64 << 20}},
