@@ -1,12 +1,9 @@
 package sandbox
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
-	"strconv"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/enforce/cgroup"
 	"github.com/airlock-sandbox/airlock/policy/budget"
 )
 
@@ -41,42 +38,14 @@ func watchOCILimits(b *box, id string, stop <-chan struct{}) {
 // ociLimitHit halts b if the container's cgroups counted a refused fork or
 // an OOM kill, and reports whether they did.
 func ociLimitHit(b *box, id string) bool {
-	oom, pidsMax := ociEvents(id)
+	ev := cgroup.EventsIn(ociCgroupDirs(id))
 	switch {
-	case pidsMax > 0:
+	case ev.PidsMaxHits > 0:
 		b.halt(budget.MaxPids, "the process tree reached max_pids: a fork was refused, and the sandbox was stopped")
-	case oom > 0:
+	case ev.OOMKills > 0:
 		b.halt(budget.MaxMemory, "a process reached max_memory and was killed by the kernel, and the sandbox was stopped")
 	default:
 		return false
 	}
 	return true
-}
-
-// ociEvents sums what the container's cgroups in every hierarchy counted:
-// OOM kills (memory.events on cgroup v2, memory.oom_control on v1, both
-// counting the group's descendants) and refused forks (pids.events).
-func ociEvents(id string) (oom, pidsMax int64) {
-	for _, d := range ociCgroupDirs(id) {
-		oom += eventCount(filepath.Join(d, "memory.events"), "oom_kill")
-		oom += eventCount(filepath.Join(d, "memory.oom_control"), "oom_kill")
-		pidsMax += eventCount(filepath.Join(d, "pids.events"), "max")
-	}
-	return oom, pidsMax
-}
-
-// eventCount is the value of key in a cgroup file of "key value" lines,
-// 0 when the file or the key is absent.
-func eventCount(path, key string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for _, l := range bytes.Split(b, []byte("\n")) {
-		if k, v, ok := bytes.Cut(l, []byte(" ")); ok && string(k) == key {
-			n, _ := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

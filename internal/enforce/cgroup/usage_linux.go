@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -137,4 +138,26 @@ func (g *Group) Events() (Events, error) {
 		e.PidsMaxHits, _ = keyed(s, "max")
 	}
 	return e, nil
+}
+
+// EventsIn sums what a group airlock did not make counted in its
+// directories, one per mounted hierarchy (an OCI runtime's container):
+// OOM kills (memory.events on cgroup v2, memory.oom_control on v1, both
+// counting the group's descendants) and forks refused at pids.max
+// (pids.events). A directory or file that is absent counts nothing.
+func EventsIn(dirs []string) Events {
+	var e Events
+	count := func(dir, file, key string) int64 {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			return 0
+		}
+		n, _ := keyed(string(b), key)
+		return n
+	}
+	for _, d := range dirs {
+		e.OOMKills += count(d, "memory.events", "oom_kill") + count(d, "memory.oom_control", "oom_kill")
+		e.PidsMaxHits += count(d, "pids.events", "max")
+	}
+	return e
 }
