@@ -272,7 +272,7 @@ func newMatrixTree(t *testing.T) *matrixTree {
 				if err != nil {
 					t.Fatalf("canary %s: %v", p, err)
 				}
-				mt.canaries = append(mt.canaries, metaCanary{Path: p, UID: uid, GID: uid})
+				mt.canaries = append(mt.canaries, metaCanary{Path: p, UID: uid, GID: gidFor(uid)})
 			}
 		}
 	}
@@ -754,34 +754,11 @@ func hostPresent(paths ...string) []string {
 	return hits
 }
 
-// metaOf is a canary's metadata (readMeta's, without its fatal errors).
+// metaOf is a canary's metadata (readMeta's, an error as its text).
 func metaOf(p string) string {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return "missing: " + err.Error()
-	}
-	s := metaState{Mode: st.Mode, UID: st.Uid, GID: st.Gid, Size: st.Size, Atime: st.Atim, Mtime: st.Mtim, Ctime: st.Ctim, Xattrs: map[string]string{}}
-	buf := make([]byte, 1<<16)
-	n, err := unix.Llistxattr(p, buf)
+	s, err := statMeta(p)
 	if err != nil {
-		return "xattrs unreadable: " + err.Error()
-	}
-	for _, name := range strings.Split(string(buf[:n]), "\x00") {
-		if name == "" {
-			continue
-		}
-		v := make([]byte, 1<<16)
-		m, err := unix.Lgetxattr(p, name, v)
-		if err != nil {
-			return "xattr " + name + " unreadable: " + err.Error()
-		}
-		s.Xattrs[name] = string(v[:m])
-	}
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err == nil {
-		f, ferr := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
-		unix.Close(fd)
-		s.Flags = fmt.Sprintf("flags %#x (%v)", f, ferr)
+		return "unreadable: " + err.Error()
 	}
 	return fmt.Sprintf("%+v", s)
 }

@@ -191,15 +191,25 @@ type metaState struct {
 
 func readMeta(t *testing.T, p string) metaState {
 	t.Helper()
+	s, err := statMeta(p)
+	if err != nil {
+		t.Fatalf("canary %s: %v", p, err)
+	}
+	return s
+}
+
+// statMeta reads a canary's metadata: its stat, extended attributes and
+// inode flags.
+func statMeta(p string) (metaState, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(p, &st); err != nil {
-		t.Fatalf("stat canary %s: %v", p, err)
+		return metaState{}, fmt.Errorf("stat: %w", err)
 	}
 	s := metaState{Mode: st.Mode, UID: st.Uid, GID: st.Gid, Size: st.Size, Atime: st.Atim, Mtime: st.Mtim, Ctime: st.Ctim, Xattrs: map[string]string{}}
 	buf := make([]byte, 1<<16)
 	n, err := unix.Llistxattr(p, buf)
 	if err != nil && err != unix.ENOTSUP {
-		t.Fatalf("list xattrs of canary %s: %v", p, err)
+		return metaState{}, fmt.Errorf("list xattrs: %w", err)
 	}
 	for _, name := range strings.Split(string(buf[:max(n, 0)]), "\x00") {
 		if name == "" {
@@ -208,7 +218,7 @@ func readMeta(t *testing.T, p string) metaState {
 		v := make([]byte, 1<<16)
 		m, err := unix.Lgetxattr(p, name, v)
 		if err != nil {
-			t.Fatalf("read xattr %s of canary %s: %v", name, p, err)
+			return metaState{}, fmt.Errorf("read xattr %s: %w", name, err)
 		}
 		s.Xattrs[name] = string(v[:m])
 	}
@@ -224,7 +234,7 @@ func readMeta(t *testing.T, p string) metaState {
 			s.Flags = fmt.Sprintf("flags %#x (%v), fsxattr %x (%v)", f, ferr, x, xerr)
 		}
 	}
-	return s
+	return s, nil
 }
 
 // metaTree is the attack's ground: fs_read folder readable/ and the folder
@@ -280,7 +290,7 @@ func newMetaTree(t *testing.T, writer int, owners ...int) metaTree {
 				if err != nil {
 					t.Fatalf("canary %s: %v", p, err)
 				}
-				mt.canaries = append(mt.canaries, metaCanary{Path: p, UID: owner, GID: owner})
+				mt.canaries = append(mt.canaries, metaCanary{Path: p, UID: owner, GID: gidFor(owner)})
 			}
 		}
 	}
