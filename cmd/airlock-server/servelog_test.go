@@ -13,14 +13,13 @@ import (
 	"time"
 )
 
-// TestServeLogJSON: with --log-format json every line serve prints is a
-// JSON object, from the first to the shutdown line, and so is the line of
-// a failure after the flags are read. The test starts serve, asks it
-// something, stops it with SIGTERM and parses every line of its stderr.
-func TestServeLogJSON(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, serverBin, "serve", "--log-format", "json", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--insecure-no-auth")
+// jsonLogged starts airlock-server with args and reads its stderr until
+// the record whose msg starts with prefix, returning the command, the
+// scanner over the rest of stderr, the lines so far and that record's url.
+// A line that is not JSON before it fails the test.
+func jsonLogged(t *testing.T, ctx context.Context, prefix string, args ...string) (*exec.Cmd, *bufio.Scanner, []string, string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, serverBin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -28,23 +27,34 @@ func TestServeLogJSON(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	var lines []string
 	sc := bufio.NewScanner(stderr)
-	base := ""
-	for base == "" && sc.Scan() {
+	url := ""
+	for url == "" && sc.Scan() {
 		lines = append(lines, sc.Text())
 		var rec struct{ Msg, URL string }
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && strings.HasPrefix(rec.Msg, "listening on ") {
-			base = rec.URL
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && strings.HasPrefix(rec.Msg, prefix) {
+			url = rec.URL
 		}
 		if !json.Valid(sc.Bytes()) {
 			break
 		}
 	}
-	if base == "" {
-		t.Fatalf("airlock serve --log-format json printed no JSON record with the address:\n%s", strings.Join(lines, "\n"))
+	if url == "" {
+		t.Fatalf("airlock %s printed no JSON record %q with the address:\n%s", args[0], prefix, strings.Join(lines, "\n"))
 	}
+	return cmd, sc, lines, url
+}
+
+// TestServeLogJSON: with --log-format json every line serve prints is a
+// JSON object, from the first to the shutdown line, and so is the line of
+// a failure after the flags are read. The test starts serve, asks it
+// something, stops it with SIGTERM and parses every line of its stderr.
+func TestServeLogJSON(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cmd, sc, lines, base := jsonLogged(t, ctx, "listening on ", "serve", "--log-format", "json", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--insecure-no-auth")
 	resp, err := http.Get(base + "/v1/sessions/nosuchsession")
 	if err != nil {
 		t.Fatal(err)
@@ -96,31 +106,7 @@ func TestServeLogJSON(t *testing.T) {
 func TestMCPLogJSON(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, serverBin, "mcp", "--log-format", "json", "--listen", "127.0.0.1:0", "--insecure-no-auth")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	var lines []string
-	sc := bufio.NewScanner(stderr)
-	url := ""
-	for url == "" && sc.Scan() {
-		lines = append(lines, sc.Text())
-		var rec struct{ Msg, URL string }
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && strings.HasPrefix(rec.Msg, "serving MCP") {
-			url = rec.URL
-		}
-		if !json.Valid(sc.Bytes()) {
-			break
-		}
-	}
-	if url == "" {
-		t.Fatalf("airlock mcp --log-format json printed no JSON record with the address:\n%s", strings.Join(lines, "\n"))
-	}
+	cmd, sc, lines, _ := jsonLogged(t, ctx, "serving MCP", "mcp", "--log-format", "json", "--listen", "127.0.0.1:0", "--insecure-no-auth")
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
