@@ -14,8 +14,12 @@ import (
 // it killed: the supervisor reads the kernel's counters in the container's
 // cgroups while it runs, and once more when it is over.
 
-// ociLimitPoll is how often the container's counters are read.
-const ociLimitPoll = 50 * time.Millisecond
+// ociLimitPoll is how often the container's counters are read: a run
+// that blew a limit is halted within it (the kernel has already refused
+// the fork or killed the process), and an idle session is not woken 20
+// times a second to read a dozen files (as stage.watch, for the same
+// reason).
+const ociLimitPoll = 250 * time.Millisecond
 
 // watchOCILimits halts b and kills the container when its cgroups count an
 // OOM kill or a refused fork, until stop closes.

@@ -252,8 +252,10 @@ func (g *guestEvents) halts() []Message {
 	return out
 }
 
-// guestLimitPoll is how often the guest's cgroup counters are read.
-const guestLimitPoll = 50 * time.Millisecond
+// guestLimitPoll is how often the guest's cgroup counters are read: often
+// enough that a blown limit halts the run at once, seldom enough that an
+// idle guest under software emulation is not woken 20 times a second.
+const guestLimitPoll = 250 * time.Millisecond
 
 // watchGuestLimits tells the host, while the sandbox runs, when its cgroup
 // in the guest killed for memory or refused a fork, and the host halts the
